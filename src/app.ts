@@ -1,0 +1,85 @@
+import { OpenAPIHono } from '@hono/zod-openapi';
+import type { Hook } from '@hono/zod-openapi';
+import type { MiddlewareHandler } from 'hono';
+import { requestId } from 'hono/request-id';
+import { matchedRoutes } from 'hono/route';
+import { sql } from 'drizzle-orm';
+import type { AppEnv } from './context';
+import { ApiError } from './http/errors';
+import { handleError } from './http/error-handler';
+import { limitBody, parseJsonBody, requestContext } from './http/middleware';
+import type { Platform } from './platform';
+import { environmentRoutes } from './modules/environments/routes';
+import { orgRoutes } from './modules/orgs/routes';
+import { projectRoutes } from './modules/projects/routes';
+import { renderDocsPage } from './modules/system/docs-page';
+import { tokenRoutes } from './modules/tokens/routes';
+
+/** Schema violations become 400 validation_failed with one detail per issue. */
+const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
+  if (result.success) return;
+  const details = result.error.issues.map((issue) => ({
+    path: issue.path.map(String).join('.') || '(root)',
+    message: issue.message,
+  }));
+  throw new ApiError(
+    'validation_failed',
+    `invalid ${result.target === 'json' ? 'request body' : result.target}: ${details.map((d) => `${d.path} ${d.message}`).join('; ')}`,
+    details,
+  );
+};
+
+/** Runs `middleware` only when a real route matched, so unknown paths fall through to a plain 404. */
+const onMatchedRoutes =
+  (middleware: MiddlewareHandler<AppEnv>): MiddlewareHandler<AppEnv> =>
+  (c, next) =>
+    matchedRoutes(c).some((route) => route.method !== 'ALL') ? middleware(c, next) : next();
+
+export function createApp(platform: Platform) {
+  const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+
+  app.use('*', requestId({ headerName: 'X-Request-Id' }));
+  app.onError(handleError(platform.logger));
+  app.notFound((c) => c.json({ error: `no route for ${c.req.method} ${c.req.path}`, code: 'not_found' }, 404));
+
+  app.get('/healthz', async (c) => {
+    const lease = platform.openDatabase();
+    try {
+      await lease.db.execute(sql`select 1`);
+      return c.json({ status: 'ok', version: platform.config.version });
+    } finally {
+      await lease.release();
+    }
+  });
+
+  // public routes are registered first: they answer before the API middleware below would run
+  app.openAPIRegistry.registerComponent('securitySchemes', 'bearerAuth', {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'A service token (`cpl_...`). Not needed while bootstrap mode is open.',
+  });
+  const documentConfig = {
+    openapi: '3.1.0',
+    info: {
+      title: 'Cellplane',
+      version: platform.config.version,
+      description:
+        'Catalog and runtime control plane. Errors are `{ error, code }`; every response carries `X-Request-Id`.',
+    },
+  };
+  app.doc31('/openapi.json', documentConfig);
+  let docsPage: string | undefined;
+  app.get('/docs', (c) => c.html((docsPage ??= renderDocsPage(app.getOpenAPI31Document(documentConfig)))));
+
+  const api = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+  api.use('*', onMatchedRoutes(limitBody()), onMatchedRoutes(parseJsonBody()), onMatchedRoutes(requestContext(platform)));
+  api.route('/', orgRoutes);
+  api.route('/', projectRoutes);
+  api.route('/', tokenRoutes);
+  api.route('/', environmentRoutes);
+  app.route('/', api);
+
+  return app;
+}
+
+export type App = ReturnType<typeof createApp>;

@@ -1,0 +1,170 @@
+import { z } from 'zod';
+import { Secret } from './secret';
+
+/**
+ * Server configuration: every variable of SPEC "Deployment modes and server
+ * configuration", plus the few this implementation adds (docs/configuration.md).
+ * Parsed once at start; services receive the result, never the environment.
+ * Error messages name the variable and what it expects, never its value.
+ */
+
+const secretOf = (schema: z.ZodString) => schema.transform((value) => new Secret(value));
+
+const optionalUrl = z
+  .url({ message: 'expects an absolute URL, e.g. https://api.example.com' })
+  .transform((value) => value.replace(/\/+$/, ''))
+  .optional();
+
+const commaList = z
+  .string()
+  .optional()
+  .transform((value) =>
+    (value ?? '')
+      .split(',')
+      .map((item) => item.trim())
+      .filter((item) => item.length > 0),
+  );
+
+const ConfigSchema = z.object({
+  SERVICE_DEPLOYMENT: z
+    .enum(['oss', 'cloud'], { message: 'expects "oss" or "cloud"' })
+    .default('cloud'),
+  PORT: z.coerce
+    .number({ message: 'expects an integer port between 1 and 65535' })
+    .int({ message: 'expects an integer port between 1 and 65535' })
+    .min(1, { message: 'expects an integer port between 1 and 65535' })
+    .max(65535, { message: 'expects an integer port between 1 and 65535' })
+    .default(3000),
+  QUEUE_DRIVER: z
+    .string()
+    .default('pg')
+    .superRefine((value, ctx) => {
+      if (value === 'sqs') {
+        ctx.addIssue({
+          code: 'custom',
+          message:
+            'expects "pg" or "cloudflare": "sqs" is not supported; on the Cloudflare Worker host, Cloudflare Queues take the serverless role (QUEUE_DRIVER=cloudflare)',
+        });
+      } else if (value !== 'pg' && value !== 'cloudflare') {
+        ctx.addIssue({ code: 'custom', message: 'expects "pg" or "cloudflare"' });
+      }
+    })
+    .transform((value) => value as 'pg' | 'cloudflare'),
+  DATABASE_URL: secretOf(
+    z.string().regex(/^postgres(ql)?:\/\//, { message: 'expects a postgres:// or postgresql:// connection string' }),
+  ).optional(),
+  ENCRYPTION_KEY: secretOf(
+    z.string().regex(/^[0-9a-fA-F]{64}$/, { message: 'expects 32 bytes as 64 hexadecimal characters' }),
+  ),
+  AUTH_SECRET: secretOf(
+    z.string().refine((value) => new TextEncoder().encode(value).length >= 32, {
+      message: 'expects a string of at least 32 bytes',
+    }),
+  ),
+  AUTH_URL: optionalUrl,
+  API_BASE_URL: optionalUrl,
+  TRUSTED_ORIGINS: commaList,
+  SERVICE_UI_BASE_URL: optionalUrl,
+  CODEHOST_APP_ID: z.string().regex(/^[0-9]+$/, { message: 'expects a numeric app id' }).optional(),
+  CODEHOST_APP_NAME: z.string().min(1).optional(),
+  CODEHOST_APP_PRIVATE_KEY: secretOf(
+    z.string().includes('-----BEGIN', { message: 'expects a PEM private key (PKCS#1 or PKCS#8)' }),
+  ).optional(),
+  CODEHOST_APP_WEBHOOK_SECRET: secretOf(z.string().min(1)).optional(),
+  OUTBOUND_ALLOWED_HOSTS: commaList,
+  SUPER_ADMIN_EMAILS: commaList,
+  RATE_LIMIT_PER_MINUTE: z.coerce
+    .number({ message: 'expects a positive integer' })
+    .int({ message: 'expects a positive integer' })
+    .positive({ message: 'expects a positive integer' })
+    .default(600),
+  LOG_LEVEL: z
+    .enum(['debug', 'info', 'warn', 'error'], { message: 'expects debug, info, warn or error' })
+    .default('info'),
+});
+
+type ParsedConfig = z.output<typeof ConfigSchema>;
+
+export interface Config {
+  deployment: ParsedConfig['SERVICE_DEPLOYMENT'];
+  port: number;
+  queueDriver: 'pg' | 'cloudflare';
+  /** Absent only on the Node host, which then embeds PGlite; the Worker requires it. */
+  databaseUrl?: Secret;
+  encryptionKey: Secret;
+  authSecret: Secret;
+  authUrl?: string;
+  apiBaseUrl?: string;
+  trustedOrigins: string[];
+  uiBaseUrl?: string;
+  /** Present only when all four CODEHOST_APP_* variables are set. */
+  codehostApp?: { appId: string; appName: string; privateKey: Secret; webhookSecret: Secret };
+  outboundAllowedHosts: string[];
+  superAdminEmails: string[];
+  rateLimitPerMinute: number;
+  logLevel: ParsedConfig['LOG_LEVEL'];
+  version: string;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: { variable: string; expects: string }[]) {
+    super(
+      `invalid server configuration:\n${problems.map((p) => `  ${p.variable}: ${p.expects}`).join('\n')}`,
+    );
+    this.name = 'ConfigError';
+  }
+}
+
+/** The variables whose values must never be logged, printed or returned. */
+export const SECRET_VARIABLES = [
+  'DATABASE_URL',
+  'ENCRYPTION_KEY',
+  'AUTH_SECRET',
+  'CODEHOST_APP_PRIVATE_KEY',
+] as const;
+
+export const VERSION = '0.1.0';
+
+type Env = Record<string, string | undefined>;
+
+export function loadConfig(env: Env): Config {
+  // Empty strings mean "unset": wrangler and shells both produce them.
+  const input = Object.fromEntries(
+    Object.keys(ConfigSchema.shape).map((key) => [key, env[key] === '' ? undefined : env[key]]),
+  );
+  const result = ConfigSchema.safeParse(input);
+  if (!result.success) {
+    const problems = result.error.issues.map((issue) => ({
+      variable: String(issue.path[0] ?? 'configuration'),
+      expects: issue.code === 'invalid_type' && issue.input === undefined ? 'is required' : issue.message,
+    }));
+    throw new ConfigError(problems);
+  }
+  const c = result.data;
+  const app = [c.CODEHOST_APP_ID, c.CODEHOST_APP_NAME, c.CODEHOST_APP_PRIVATE_KEY, c.CODEHOST_APP_WEBHOOK_SECRET];
+  return {
+    deployment: c.SERVICE_DEPLOYMENT,
+    port: c.PORT,
+    queueDriver: c.QUEUE_DRIVER,
+    databaseUrl: c.DATABASE_URL,
+    encryptionKey: c.ENCRYPTION_KEY,
+    authSecret: c.AUTH_SECRET,
+    authUrl: c.AUTH_URL,
+    apiBaseUrl: c.API_BASE_URL,
+    trustedOrigins: c.TRUSTED_ORIGINS,
+    uiBaseUrl: c.SERVICE_UI_BASE_URL,
+    codehostApp: app.every((value) => value !== undefined)
+      ? {
+          appId: c.CODEHOST_APP_ID!,
+          appName: c.CODEHOST_APP_NAME!,
+          privateKey: c.CODEHOST_APP_PRIVATE_KEY!,
+          webhookSecret: c.CODEHOST_APP_WEBHOOK_SECRET!,
+        }
+      : undefined,
+    outboundAllowedHosts: c.OUTBOUND_ALLOWED_HOSTS,
+    superAdminEmails: c.SUPER_ADMIN_EMAILS,
+    rateLimitPerMinute: c.RATE_LIMIT_PER_MINUTE,
+    logLevel: c.LOG_LEVEL,
+    version: VERSION,
+  };
+}

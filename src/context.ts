@@ -1,0 +1,46 @@
+import type { Config } from './config';
+import type { Db } from './db/client';
+import type { Logger } from './logger';
+import type { BootstrapMemo, Clock } from './platform';
+import type { Role } from './auth/permissions';
+
+export interface TokenCaller {
+  kind: 'token';
+  tokenId: string;
+  orgId: string;
+  projectId: string;
+  role: Role;
+  /** The environment the token is pinned to, or null for all environments. */
+  envId: string | null;
+  envName: string | null;
+  /** Cell names the token is restricted to; empty means every cell. */
+  cellScopes: string[];
+  expiresAt: Date | null;
+}
+
+/** Bootstrap mode: a fresh deployment with no token minted yet accepts every request. */
+export interface BootstrapCaller {
+  kind: 'bootstrap';
+}
+
+export type Caller = TokenCaller | BootstrapCaller;
+
+/** What a service verb receives: everything it may use, nothing of the host. */
+export interface ServiceContext {
+  readonly db: Db;
+  readonly config: Config;
+  readonly logger: Logger;
+  readonly clock: Clock;
+  readonly caller: Caller;
+  readonly bootstrap: BootstrapMemo;
+  readonly requestId: string;
+}
+
+export type AppEnv = {
+  Variables: {
+    requestId: string;
+    caller: Caller;
+    /** Built by the request-context middleware; the database inside opens on first use. */
+    services: ServiceContext;
+  };
+};

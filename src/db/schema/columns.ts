@@ -1,0 +1,5 @@
+import { timestamp, uuid } from 'drizzle-orm/pg-core';
+
+export const id = () => uuid('id').primaryKey().defaultRandom();
+export const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
+export const optionalTimestamp = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });

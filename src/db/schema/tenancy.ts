@@ -1,0 +1,82 @@
+import { sql } from 'drizzle-orm';
+import { check, index, integer, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
+import { createdAt, id, optionalTimestamp } from './columns';
+
+export const orgs = pgTable('orgs', {
+  id: id(),
+  name: text('name').notNull(),
+  // unique across soft-deleted rows too: a slug is never handed to a second owner
+  slug: text('slug').notNull().unique(),
+  createdAt: createdAt(),
+  suspendedAt: optionalTimestamp('suspended_at'),
+  deletedAt: optionalTimestamp('deleted_at'),
+});
+
+export const projects = pgTable(
+  'projects',
+  {
+    id: id(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => orgs.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    slug: text('slug').notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [unique('projects_org_slug_unique').on(t.orgId, t.slug)],
+);
+
+export const environments = pgTable(
+  'environments',
+  {
+    id: id(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => orgs.id, { onDelete: 'cascade' }),
+    projectId: uuid('project_id')
+      .notNull()
+      .references(() => projects.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    createdAt: createdAt(),
+  },
+  (t) => [unique('environments_project_name_unique').on(t.projectId, t.name)],
+);
+
+/**
+ * One row, always. `bootstrap_closed_at` is set by the first token mint and
+ * never cleared: revoking every token does not reopen an unauthenticated server.
+ */
+export const systemState = pgTable(
+  'system_state',
+  {
+    id: integer('id').primaryKey().default(1),
+    bootstrapClosedAt: optionalTimestamp('bootstrap_closed_at'),
+  },
+  (t) => [check('system_state_singleton', sql`${t.id} = 1`)],
+);
+
+export const serviceTokens = pgTable(
+  'service_tokens',
+  {
+    id: id(),
+    orgId: uuid('org_id')
+      .notNull()
+      .references(() => orgs.id, { onDelete: 'cascade' }),
+    projectId: uuid('project_id')
+      .notNull()
+      .references(() => projects.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    /** The readable start of the token (`cpl_` + 8 characters), for humans. */
+    prefix: text('prefix').notNull(),
+    /** SHA-256 of the whole token, hex. The token itself is never stored. */
+    tokenHash: text('token_hash').notNull().unique(),
+    role: text('role', { enum: ['owner', 'admin', 'member', 'viewer'] }).notNull(),
+    // deleting an environment deletes the tokens pinned to it
+    envId: uuid('env_id').references(() => environments.id, { onDelete: 'cascade' }),
+    cellScopes: text('cell_scopes').array().notNull().default(sql`'{}'::text[]`),
+    expiresAt: optionalTimestamp('expires_at'),
+    revokedAt: optionalTimestamp('revoked_at'),
+    createdAt: createdAt(),
+  },
+  (t) => [index('service_tokens_project_idx').on(t.projectId)],
+);

@@ -1,0 +1,35 @@
+import type { Context } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import type { AppEnv } from '../context';
+import type { Logger } from '../logger';
+import { ApiError } from './errors';
+
+/**
+ * The one place errors become responses: `{ error, code }` with the status of
+ * the code. Anything unexpected is an opaque 500 carrying the request id,
+ * logged once; a stack, SQL text or secret never reaches the client.
+ */
+export const handleError = (logger: Logger) => (err: Error, c: Context<AppEnv>) => {
+  const apiError = toApiError(err);
+  if (apiError) return c.json(apiError.toBody(), apiError.status);
+  const requestId = c.var.requestId;
+  logger.error('unhandled error', { requestId, method: c.req.method, path: c.req.path, error: err });
+  return c.json({ error: `internal error (request id ${requestId})`, code: 'internal' }, 500);
+};
+
+function toApiError(err: Error): ApiError | undefined {
+  if (err instanceof ApiError) return err;
+  if (err instanceof HTTPException) {
+    switch (err.status) {
+      case 400:
+        return new ApiError('invalid_json', 'request body is not valid JSON');
+      case 401:
+        return new ApiError('unauthorized', 'authentication required');
+      case 404:
+        return new ApiError('not_found', 'not found');
+      case 413:
+        return new ApiError('payload_too_large', 'request body exceeds 1 MiB');
+    }
+  }
+  return undefined;
+}

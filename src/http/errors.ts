@@ -1,0 +1,53 @@
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+
+/**
+ * Every error the API returns, by stable code (DECISIONS §7). The handler maps
+ * a code to its status; nothing else decides a status for an error.
+ */
+export const ERROR_STATUS = {
+  validation_failed: 400,
+  invalid_json: 400,
+  environment_not_found: 400,
+  default_environment_protected: 400,
+  unauthorized: 401,
+  invalid_signature: 401,
+  forbidden: 403,
+  cell_scope_violation: 403,
+  org_suspended: 403,
+  not_found: 404,
+  already_exists: 409,
+  still_referenced: 409,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  rate_limited: 429,
+  internal: 500,
+  codehost_not_configured: 503,
+} as const satisfies Record<string, ContentfulStatusCode>;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export interface ErrorDetail {
+  path: string;
+  message: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: ErrorDetail[],
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+
+  get status(): ContentfulStatusCode {
+    return ERROR_STATUS[this.code];
+  }
+
+  toBody(): { error: string; code: ErrorCode; details?: ErrorDetail[] } {
+    return this.details ? { error: this.message, code: this.code, details: this.details } : { error: this.message, code: this.code };
+  }
+}
+
+export const notFound = (what: string) => new ApiError('not_found', `${what} not found`);

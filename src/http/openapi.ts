@@ -1,0 +1,52 @@
+import { z } from '@hono/zod-openapi';
+
+/** The one error body (SPEC Errors, DECISIONS §7). */
+export const ErrorBody = z
+  .object({
+    error: z.string().openapi({ example: 'organization "acme" not found' }),
+    code: z.string().openapi({ example: 'not_found' }),
+    details: z
+      .array(z.object({ path: z.string(), message: z.string() }))
+      .optional()
+      .openapi({ description: 'Present on validation_failed: one item per problem.' }),
+  })
+  .openapi('Error');
+
+const ERROR_DESCRIPTIONS = {
+  400: 'Invalid request (validation_failed, invalid_json, or a rule of this endpoint)',
+  401: 'No valid credentials (unauthorized)',
+  403: 'Not allowed (forbidden, org_suspended)',
+  404: 'Not found, or not visible to the caller (not_found)',
+  409: 'Conflicts with existing state (already_exists)',
+  413: 'Request body over 1 MiB (payload_too_large)',
+} as const;
+
+type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;
+
+/** The error responses of a route, each documented with the shared Error body. */
+export function errorResponses<S extends ErrorStatus>(...statuses: S[]) {
+  return Object.fromEntries(
+    statuses.map((status) => [
+      status,
+      { description: ERROR_DESCRIPTIONS[status], content: { 'application/json': { schema: ErrorBody } } },
+    ]),
+  ) as unknown as { [K in S]: { description: string; content: { 'application/json': { schema: typeof ErrorBody } } } };
+}
+
+export const jsonBody = <T extends z.ZodType>(schema: T, description?: string) => ({
+  required: true,
+  description,
+  content: { 'application/json': { schema } },
+});
+
+export const jsonResponse = <T extends z.ZodType>(schema: T, description: string) => ({
+  description,
+  content: { 'application/json': { schema } },
+});
+
+/** RFC 3339 UTC with milliseconds (DECISIONS §1). */
+export const Timestamp = z.string().openapi({ format: 'date-time', example: '2026-11-21T10:20:00.000Z' });
+export const timestamp = (date: Date): string => date.toISOString();
+export const optionalTimestamp = (date: Date | null): string | null => (date ? date.toISOString() : null);
+
+export const BearerSecurity = [{ bearerAuth: [] }];

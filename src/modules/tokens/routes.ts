@@ -1,0 +1,68 @@
+import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import type { AppEnv } from '../../context';
+import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { MintedServiceToken, ServiceToken, ServiceTokenCreate, ServiceTokenRevoked, TokenParams, TokenProjectParams } from './schemas';
+import { listTokens, mintToken, revokeToken } from './service';
+
+export const tokenRoutes = new OpenAPIHono<AppEnv>();
+
+const PATH = '/orgs/{orgId}/projects/{projectId}/tokens';
+
+tokenRoutes.openapi(
+  createRoute({
+    method: 'post',
+    path: PATH,
+    tags: ['Service tokens'],
+    summary: 'Mint a service token',
+    description:
+      'Needs tokens:manage. The raw token is in this response only. A token cannot mint a higher role, another environment or cells outside its own scopes. The first mint on a fresh deployment closes bootstrap mode.',
+    security: BearerSecurity,
+    request: { params: TokenProjectParams, body: jsonBody(ServiceTokenCreate) },
+    responses: {
+      201: jsonResponse(MintedServiceToken, 'The token, shown once'),
+      ...errorResponses(400, 401, 403, 404, 413),
+    },
+  }),
+  async (c) => {
+    const { orgId, projectId } = c.req.valid('param');
+    return c.json(await mintToken(c.var.services, { org: orgId, project: projectId }, c.req.valid('json')), 201);
+  },
+);
+
+tokenRoutes.openapi(
+  createRoute({
+    method: 'get',
+    path: PATH,
+    tags: ['Service tokens'],
+    summary: "List a project's live tokens (never their values)",
+    security: BearerSecurity,
+    request: { params: TokenProjectParams },
+    responses: {
+      200: jsonResponse(z.array(ServiceToken), 'Tokens not revoked, oldest first'),
+      ...errorResponses(401, 403, 404),
+    },
+  }),
+  async (c) => {
+    const { orgId, projectId } = c.req.valid('param');
+    return c.json(await listTokens(c.var.services, { org: orgId, project: projectId }), 200);
+  },
+);
+
+tokenRoutes.openapi(
+  createRoute({
+    method: 'delete',
+    path: `${PATH}/{id}`,
+    tags: ['Service tokens'],
+    summary: 'Revoke a token, effective at once',
+    security: BearerSecurity,
+    request: { params: TokenParams },
+    responses: {
+      200: jsonResponse(ServiceTokenRevoked, 'Revoked'),
+      ...errorResponses(400, 401, 403, 404),
+    },
+  }),
+  async (c) => {
+    const { orgId, projectId, id } = c.req.valid('param');
+    return c.json(await revokeToken(c.var.services, { org: orgId, project: projectId }, id), 200);
+  },
+);

@@ -1,0 +1,57 @@
+import { PGlite } from '@electric-sql/pglite';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import type { Db } from '../db/client';
+import * as schema from '../db/schema';
+
+export const MIGRATIONS_FOLDER = fileURLToPath(new URL('../../migrations', import.meta.url));
+
+/** Any number: an application-wide key so concurrent starts migrate one at a time. */
+const MIGRATION_LOCK_KEY = 7_262_001;
+
+export type NodeDatabase =
+  | { kind: 'pglite'; db: Db; pglite: PGlite; close(): Promise<void> }
+  | { kind: 'postgres'; db: Db; pool: pg.Pool; close(): Promise<void> };
+
+/** PGlite in `dataDir` (in memory when `dataDir` is undefined). */
+export async function openPglite(dataDir: string | undefined): Promise<NodeDatabase> {
+  const pglite = dataDir === undefined ? new PGlite() : new PGlite(dataDir);
+  await pglite.waitReady;
+  const db = drizzlePglite(pglite, { schema }) as unknown as Db;
+  return { kind: 'pglite', db, pglite, close: () => pglite.close() };
+}
+
+export function openPostgres(connectionString: string, options: { max?: number } = {}): NodeDatabase {
+  const pool = new pg.Pool({ connectionString, max: options.max ?? 10 });
+  // an idle client losing its server must not crash the process; the pool replaces it
+  pool.on('error', () => {});
+  const db = drizzlePg(pool, { schema }) as unknown as Db;
+  return { kind: 'postgres', db, pool, close: () => pool.end() };
+}
+
+/**
+ * Applies pending migrations. On Postgres a session advisory lock makes
+ * concurrent starts (several processes, a deploy beside a running server)
+ * apply them once.
+ */
+export async function migrateDatabase(database: NodeDatabase): Promise<void> {
+  if (database.kind === 'pglite') {
+    await migratePglite(drizzlePglite(database.pglite), { migrationsFolder: MIGRATIONS_FOLDER });
+    return;
+  }
+  const client = await database.pool.connect();
+  try {
+    await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+    try {
+      await migratePg(drizzlePg(client), { migrationsFolder: MIGRATIONS_FOLDER });
+    } finally {
+      await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]);
+    }
+  } finally {
+    client.release();
+  }
+}

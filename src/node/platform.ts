@@ -1,0 +1,57 @@
+import { join, resolve } from 'node:path';
+import { loadConfig, type Config } from '../config';
+import { createLogger, type Logger, type LogSink } from '../logger';
+import { systemClock, type Platform } from '../platform';
+import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
+import { loadOrCreateLocalSecrets } from './local-secrets';
+
+export interface NodePlatform {
+  platform: Platform;
+  database: NodeDatabase;
+  /** Where the embedded database lives, or undefined when DATABASE_URL is used. */
+  dataDir: string | undefined;
+  close(): Promise<void>;
+}
+
+/**
+ * Node host wiring: without DATABASE_URL, an embedded PGlite in
+ * CELLPLANE_DATA_DIR (default `.cellplane/`) with local-only secrets; with
+ * it, a `pg` pool. Migrations are applied before the first request.
+ */
+export async function createNodePlatform(
+  env: Record<string, string | undefined>,
+  options: { logSink?: LogSink } = {},
+): Promise<NodePlatform> {
+  const embedded = !env.DATABASE_URL;
+  const dataDir = embedded ? resolve(env.CELLPLANE_DATA_DIR || '.cellplane') : undefined;
+  const effectiveEnv = { ...env };
+  if (dataDir) {
+    const local = loadOrCreateLocalSecrets(dataDir);
+    effectiveEnv.ENCRYPTION_KEY ||= local.ENCRYPTION_KEY;
+    effectiveEnv.AUTH_SECRET ||= local.AUTH_SECRET;
+  }
+  const config: Config = loadConfig(effectiveEnv);
+  if (config.queueDriver !== 'pg') {
+    throw new Error('QUEUE_DRIVER=cloudflare needs the Cloudflare Worker host; the Node host uses "pg"');
+  }
+  const logger: Logger = createLogger({
+    level: config.logLevel,
+    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey],
+    sink: options.logSink,
+  });
+  const database = dataDir ? await openPglite(join(dataDir, 'db')) : openPostgres(config.databaseUrl!.reveal());
+  try {
+    await migrateDatabase(database);
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+  const platform: Platform = {
+    config,
+    logger,
+    clock: systemClock,
+    openDatabase: () => ({ db: database.db, release: async () => {} }),
+    bootstrap: { closed: false },
+  };
+  return { platform, database, dataDir, close: () => database.close() };
+}

@@ -1,0 +1,39 @@
+import type { Config } from './config';
+import type { Db } from './db/client';
+import type { Logger } from './logger';
+
+/**
+ * The ports each host implements (ARCHITECTURE.md). The core imports no
+ * `node:` module and no binding: whatever differs between the Worker and the
+ * Node host comes through here.
+ */
+
+export interface Clock {
+  now(): Date;
+}
+
+export const systemClock: Clock = { now: () => new Date() };
+
+/** A database handle for one request, and how to let it go afterwards. */
+export interface DatabaseLease {
+  db: Db;
+  /** Node: nothing (the pool outlives requests). Worker: ends the per-request Neon Pool. */
+  release(): Promise<void>;
+}
+
+/**
+ * Bootstrap mode only ever goes from open to closed, so a host may remember
+ * "closed" for its lifetime and skip the query; "open" is always re-checked.
+ */
+export interface BootstrapMemo {
+  closed: boolean;
+}
+
+export interface Platform {
+  config: Config;
+  logger: Logger;
+  clock: Clock;
+  /** Opened lazily, on a request's first query; requests refused earlier never touch the database. */
+  openDatabase(): DatabaseLease;
+  bootstrap: BootstrapMemo;
+}

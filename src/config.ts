@@ -134,10 +134,10 @@ export function loadConfig(env: Env): Config {
   );
   const result = ConfigSchema.safeParse(input);
   if (!result.success) {
-    const problems = result.error.issues.map((issue) => ({
-      variable: String(issue.path[0] ?? 'configuration'),
-      expects: issue.code === 'invalid_type' && issue.input === undefined ? 'is required' : issue.message,
-    }));
+    const problems = result.error.issues.map((issue) => {
+      const variable = String(issue.path[0] ?? 'configuration');
+      return { variable, expects: input[variable] === undefined ? 'is required' : issue.message };
+    });
     throw new ConfigError(problems);
   }
   const c = result.data;

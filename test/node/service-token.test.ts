@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { crc32 } from '../../src/auth/crc32';
+import { generateServiceToken, hashServiceToken, isWellFormedServiceToken } from '../../src/auth/service-token';
+
+describe('service token format', () => {
+  it('uses the standard CRC-32 (check value of "123456789")', () => {
+    expect(crc32('123456789')).toBe(0xcbf43926);
+    expect(crc32('')).toBe(0);
+  });
+
+  it('is cpl_ + 30 base62 + 6 base62 checksum, with a readable prefix', () => {
+    const { token, prefix } = generateServiceToken();
+    expect(token).toMatch(/^cpl_[0-9A-Za-z]{36}$/);
+    expect(prefix).toBe(token.slice(0, 12));
+    expect(isWellFormedServiceToken(token)).toBe(true);
+  });
+
+  it('draws fresh randomness each time', () => {
+    const tokens = new Set(Array.from({ length: 200 }, () => generateServiceToken().token));
+    expect(tokens.size).toBe(200);
+  });
+
+  it('refuses any single-character change, a wrong prefix, and wrong lengths', () => {
+    const { token } = generateServiceToken();
+    for (let i = 4; i < token.length; i++) {
+      const replacement = token[i] === 'a' ? 'b' : 'a';
+      expect(isWellFormedServiceToken(token.slice(0, i) + replacement + token.slice(i + 1))).toBe(false);
+    }
+    expect(isWellFormedServiceToken(`xyz_${token.slice(4)}`)).toBe(false);
+    expect(isWellFormedServiceToken(token.slice(0, -1))).toBe(false);
+    expect(isWellFormedServiceToken(`${token}0`)).toBe(false);
+    expect(isWellFormedServiceToken('')).toBe(false);
+  });
+
+  it('hashes with SHA-256 to hex', async () => {
+    expect(await hashServiceToken('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+  });
+});

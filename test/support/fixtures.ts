@@ -1,0 +1,48 @@
+import { expect } from 'vitest';
+import type { Role } from '../../src/auth/permissions';
+import type { ApiResponse, TestApi } from './node-app';
+
+/** Asserts the shape every error has: `{ error, code }` with the given status and code. */
+export function expectError(response: ApiResponse, status: number, code: string): void {
+  expect({ status: response.status, code: response.body?.code }).toEqual({ status, code });
+  expect(typeof response.body.error).toBe('string');
+  expect(response.body.error.length).toBeGreaterThan(0);
+}
+
+let counter = 0;
+export const uniqueSlug = (base: string) => `${base}-${(++counter).toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
+
+export interface Tenant {
+  org: { id: string; slug: string };
+  project: { id: string; slug: string };
+}
+
+/** Creates an organization and a project through the API (bootstrap mode, or a caller allowed to). */
+export async function createTenant(
+  api: TestApi,
+  options: { org?: string; project?: string; token?: string } = {},
+): Promise<Tenant> {
+  const orgSlug = options.org ?? uniqueSlug('org');
+  const org = await api.call('POST', '/orgs', { body: { name: `Org ${orgSlug}`, slug: orgSlug } });
+  expect(org.status).toBe(201);
+  const project = await api.call('POST', `/orgs/${orgSlug}/projects`, {
+    token: options.token,
+    body: { name: 'Project', slug: options.project ?? 'platform' },
+  });
+  expect(project.status).toBe(201);
+  return { org: org.body, project: project.body };
+}
+
+export async function mintToken(
+  api: TestApi,
+  tenant: Tenant,
+  options: { role?: Role; envName?: string; cellScopes?: string[]; expiresAt?: string; name?: string; as?: string } = {},
+): Promise<string> {
+  const { as, name, ...fields } = options;
+  const response = await api.call('POST', `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`, {
+    token: as,
+    body: { name: name ?? `${options.role ?? 'member'}-token`, ...fields },
+  });
+  expect(response.status, JSON.stringify(response.body)).toBe(201);
+  return response.body.token;
+}

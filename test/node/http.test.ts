@@ -75,7 +75,7 @@ describe('HTTP layer', () => {
       duplex: 'half',
     });
     expect(streamed.status).toBe(413);
-    expect((await streamed.json()).code).toBe('payload_too_large');
+    expect(((await streamed.json()) as { code: string }).code).toBe('payload_too_large');
     // whitespace is valid JSON: a body a few bytes under the limit is read and accepted
     const payload = JSON.stringify({ name: 'Under', slug: 'under-limit' });
     const justUnder = payload + ' '.repeat(1024 * 1024 - payload.length - 8);

@@ -1,5 +1,7 @@
 import { expect } from 'vitest';
 import type { Role } from '../../src/auth/permissions';
+import { generateServiceToken, hashServiceToken } from '../../src/auth/service-token';
+import { serviceTokens, systemState } from '../../src/db/schema';
 import type { ApiResponse, TestApi } from './node-app';
 
 /** Asserts the shape every error has: `{ error, code }` with the given status and code. */
@@ -45,4 +47,23 @@ export async function mintToken(
   });
   expect(response.status, JSON.stringify(response.body)).toBe(201);
   return response.body.token;
+}
+
+/**
+ * A token row inserted directly, closing bootstrap as a mint would: for
+ * setting up several tenants' tokens once bootstrap mode no longer lets the
+ * API mint the first one.
+ */
+export async function seedToken(api: TestApi, tenant: Tenant, role: Role = 'owner'): Promise<string> {
+  const { token, prefix } = generateServiceToken();
+  await api.db.insert(serviceTokens).values({
+    orgId: tenant.org.id,
+    projectId: tenant.project.id,
+    name: `seeded-${role}`,
+    prefix,
+    tokenHash: await hashServiceToken(token),
+    role,
+  });
+  await api.db.update(systemState).set({ bootstrapClosedAt: new Date() });
+  return token;
 }

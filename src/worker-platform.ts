@@ -1,0 +1,114 @@
+import { neonConfig, Pool } from '@neondatabase/serverless';
+import { drizzle } from 'drizzle-orm/neon-serverless';
+import { ConfigError, loadConfig, type Config } from './config';
+import type { Db } from './db/client';
+import * as schema from './db/schema';
+import { createLogger, type Logger, type LogSink } from './logger';
+import { systemClock, type BootstrapMemo, type Platform } from './platform';
+
+/**
+ * The Worker's environment: the `[vars]` and secrets of wrangler.toml (all
+ * strings) beside its bindings. Only the strings reach `loadConfig`.
+ */
+export interface WorkerEnv {
+  ENVIRONMENT_STREAM: DurableObjectNamespace;
+  DELIVERIES: Queue;
+  DATABASE_URL?: string;
+  QUEUE_DRIVER?: string;
+  /**
+   * Local only (`npm run dev`, the workers tests): `host:port` of the
+   * WebSocket→TCP proxy in front of a plain Postgres or PGlite, which has no
+   * WebSocket endpoint of its own. Never set in production.
+   */
+  NEON_LOCAL_WS_PROXY?: string;
+  [variable: string]: unknown;
+}
+
+/**
+ * Bootstrap mode only closes, so "closed" is remembered for the isolate's
+ * lifetime; another isolate finds out from the database on its own.
+ */
+const bootstrap: BootstrapMemo = { closed: false };
+
+/**
+ * Worker host wiring. Throws ConfigError (naming variables, never values)
+ * when the environment cannot serve: the Worker has no embedded database, so
+ * DATABASE_URL is required, and deliveries go through Cloudflare Queues.
+ */
+export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSink } = {}): Platform {
+  const variables = stringVariables(env);
+  // every problem at once, so a first deploy does not fail one variable at a time
+  const problems: ConfigError['problems'] = [];
+  let config: Config | undefined;
+  try {
+    config = loadConfig(variables);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    problems.push(...error.problems);
+  }
+  if (!variables.DATABASE_URL) {
+    problems.push({
+      variable: 'DATABASE_URL',
+      expects: 'is required on the Cloudflare Worker host (set it with `wrangler secret put DATABASE_URL`)',
+    });
+  }
+  if (config && config.queueDriver !== 'cloudflare') {
+    problems.push({
+      variable: 'QUEUE_DRIVER',
+      expects: 'must be "cloudflare" on the Cloudflare Worker host (wrangler.toml [vars])',
+    });
+  }
+  const localProxy = variables.NEON_LOCAL_WS_PROXY || undefined;
+  if (localProxy !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[\w.-]+):\d{1,5}$/.test(localProxy)) {
+    problems.push({ variable: 'NEON_LOCAL_WS_PROXY', expects: 'expects host:port, e.g. 127.0.0.1:8788' });
+  }
+  if (problems.length > 0 || !config) throw new ConfigError(problems);
+
+  if (localProxy !== undefined) useLocalWebSocketProxy(localProxy);
+
+  const logger: Logger = createLogger({
+    level: config.logLevel,
+    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey],
+    sink: options.logSink,
+  });
+  const connectionString = config.databaseUrl!.reveal();
+
+  return {
+    config,
+    logger,
+    clock: systemClock,
+    // A Pool per request: a Worker may not reuse a connection opened by
+    // another request's I/O context. The request-context middleware ends it
+    // in waitUntil, after the response has gone.
+    openDatabase: () => {
+      const pool = new Pool({ connectionString });
+      // an idle client losing its socket must not surface as an unhandled error
+      pool.on('error', (error: Error) => logger.warn('database pool error', { error }));
+      const db = drizzle({ client: pool, schema }) as unknown as Db;
+      let ended: Promise<void> | undefined;
+      return { db, release: () => (ended ??= pool.end()) };
+    },
+    bootstrap,
+  };
+}
+
+/**
+ * Points the Neon driver at a local WebSocket→TCP proxy. Plain `ws://`, and
+ * none of the pipelining that assumes Neon's own proxy; `coalesceWrites`
+ * off because locally it only adds latency (ARCHITECTURE.md).
+ */
+function useLocalWebSocketProxy(proxy: string): void {
+  neonConfig.wsProxy = (host, port) => `${proxy}/v2?address=${host}:${port}`;
+  neonConfig.useSecureWebSocket = false;
+  neonConfig.pipelineTLS = false;
+  neonConfig.pipelineConnect = false;
+  neonConfig.coalesceWrites = false;
+}
+
+function stringVariables(env: WorkerEnv): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (typeof value === 'string') out[name] = value;
+  }
+  return out;
+}

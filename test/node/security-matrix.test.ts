@@ -1,0 +1,78 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROLES, type Role } from '../../src/auth/permissions';
+import { generateServiceToken } from '../../src/auth/service-token';
+import { createTestApi, type TestApi } from '../support/node-app';
+import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
+import { matrixOwner, SECURED_ROUTES } from '../support/security-matrix';
+
+/**
+ * Every route × every kind of caller: no token, a bad token, each role, a
+ * token of another organization, a token pinned to another environment and a
+ * cell-scoped token.
+ */
+describe('security matrix', () => {
+  let api: TestApi;
+  let tenant: Tenant;
+  let other: Tenant;
+  const roleTokens = {} as Record<Role, string>;
+  let otherOrgOwner: string;
+  let pinnedAdmin: string;
+  let cellScopedAdmin: string;
+
+  beforeAll(async () => {
+    api = await createTestApi();
+    tenant = await createTenant(api);
+    // same project slug in another organization
+    other = await createTenant(api, { project: tenant.project.slug });
+    await api.call('POST', `/${tenant.org.slug}/${tenant.project.slug}/envs`, { body: { name: 'staging' } });
+    // mint the other organization's owner while bootstrap is open, then this tenant's tokens
+    otherOrgOwner = await mintToken(api, other, { role: 'owner' });
+    const owner = await api.call('POST', `/orgs/${other.org.slug}/projects`, { token: otherOrgOwner, body: { name: 'n', slug: 'n' } });
+    expect(owner.status).toBe(201);
+    // bootstrap is closed now: this tenant's tokens come from a seeded owner
+    roleTokens.owner = await seedToken(api, tenant, 'owner');
+    matrixOwner.set(api, roleTokens.owner);
+    for (const role of ROLES.filter((r) => r !== 'owner')) {
+      roleTokens[role] = await mintToken(api, tenant, { role, as: roleTokens.owner });
+    }
+    pinnedAdmin = await mintToken(api, tenant, { role: 'admin', envName: 'staging', as: roleTokens.owner });
+    cellScopedAdmin = await mintToken(api, tenant, { role: 'admin', cellScopes: ['eu-1'], as: roleTokens.owner });
+  });
+  afterAll(() => api.close());
+
+  describe.each(SECURED_ROUTES)('$name', (route) => {
+    it('without a token: 401 unauthorized', async () => {
+      expectError(await route.call(api, tenant, undefined), 401, 'unauthorized');
+    });
+
+    it('with a malformed or unknown token: 401 unauthorized', async () => {
+      expectError(await route.call(api, tenant, 'cpl_garbage'), 401, 'unauthorized');
+      expectError(await route.call(api, tenant, generateServiceToken().token), 401, 'unauthorized');
+    });
+
+    it.each(ROLES)('as %s', async (role) => {
+      const response = await route.call(api, tenant, roleTokens[role]);
+      const allowed = route.minRole !== 'none' && ROLES.indexOf(role) >= ROLES.indexOf(route.minRole);
+      if (allowed) expect(response.status, JSON.stringify(response.body)).toBe(route.success);
+      else expectError(response, 403, 'forbidden');
+    });
+
+    it('with a token of another organization: 404, as if absent', async () => {
+      const response = await route.call(api, tenant, otherOrgOwner);
+      if (route.minRole === 'none') expectError(response, 403, 'forbidden');
+      else expectError(response, 404, 'not_found');
+    });
+
+    it('with a token pinned to another environment', async () => {
+      const response = await route.call(api, tenant, pinnedAdmin);
+      if (route.minRole === 'none' || route.environmentScoped) expectError(response, 403, 'forbidden');
+      else expect(response.status, JSON.stringify(response.body)).toBe(route.success);
+    });
+
+    it('with a cell-scoped token (no cell-scoped data on this route: role decides)', async () => {
+      const response = await route.call(api, tenant, cellScopedAdmin);
+      if (route.minRole === 'none') expectError(response, 403, 'forbidden');
+      else expect(response.status, JSON.stringify(response.body)).toBe(route.success);
+    });
+  });
+});

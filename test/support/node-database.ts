@@ -43,3 +43,30 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     },
   };
 }
+
+/**
+ * A connection string to a fresh, empty database: a new database on the
+ * TEST_DATABASE_URL server, or else an in-memory PGlite served over TCP by
+ * pglite-socket, so the `pg` code path is exercised without a server.
+ */
+export async function createDatabaseUrl(): Promise<{ url: string; close(): Promise<void> }> {
+  if (usingPostgres()) {
+    const testDatabase = await createTestDatabase();
+    await testDatabase.database.close();
+    return { url: testDatabase.url!, close: () => testDatabase.drop() };
+  }
+  const { PGlite } = await import('@electric-sql/pglite');
+  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
+  const pglite = new PGlite();
+  await pglite.waitReady;
+  const server = new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0, maxConnections: 16 });
+  await server.start();
+  const port = server.getServerConn().split(':').pop();
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    close: async () => {
+      await server.stop();
+      await pglite.close();
+    },
+  };
+}

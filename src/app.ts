@@ -39,6 +39,17 @@ export function createApp(platform: Platform) {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
   app.use('*', requestId({ headerName: 'X-Request-Id' }));
+  app.use('*', async (c, next) => {
+    const started = Date.now();
+    await next();
+    platform.logger.info('request', {
+      requestId: c.var.requestId,
+      method: c.req.method,
+      path: c.req.path,
+      status: c.res.status,
+      durationMs: Date.now() - started,
+    });
+  });
   app.onError(handleError(platform.logger));
   app.notFound((c) => c.json({ error: `no route for ${c.req.method} ${c.req.path}`, code: 'not_found' }, 404));
 

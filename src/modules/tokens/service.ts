@@ -166,7 +166,7 @@ export async function mintToken(
     return inserted!;
   });
   ctx.bootstrap.closed = true;
-  ctx.logger.info('service token minted', { tokenId: row.id, projectId: project.id, role: row.role });
+  ctx.logger.info('service token minted', { requestId: ctx.requestId, tokenId: row.id, projectId: project.id, role: row.role });
   return { ...toServiceToken(row, envName), token };
 }
 
@@ -179,6 +179,6 @@ export async function revokeToken(ctx: ServiceContext, ref: ProjectRef, id: stri
     .where(and(eq(serviceTokens.id, id), eq(serviceTokens.projectId, project.id), isNull(serviceTokens.revokedAt)))
     .returning({ id: serviceTokens.id });
   if (revoked.length === 0) throw notFound(`token "${id}"`);
-  ctx.logger.info('service token revoked', { tokenId: id, projectId: project.id });
+  ctx.logger.info('service token revoked', { requestId: ctx.requestId, tokenId: id, projectId: project.id });
   return { revoked: true, id };
 }

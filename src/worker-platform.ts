@@ -4,7 +4,7 @@ import { ConfigError, loadConfig, type Config } from './config';
 import type { Db } from './db/client';
 import * as schema from './db/schema';
 import { createLogger, type Logger, type LogSink } from './logger';
-import { systemClock, type BootstrapMemo, type Platform } from './platform';
+import { systemClock, type BootstrapMemo, type DatabaseLease, type Platform } from './platform';
 
 /**
  * The Worker's environment: the `[vars]` and secrets of wrangler.toml (all
@@ -77,19 +77,62 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
     config,
     logger,
     clock: systemClock,
-    // A Pool per request: a Worker may not reuse a connection opened by
-    // another request's I/O context. The request-context middleware ends it
-    // in waitUntil, after the response has gone.
-    openDatabase: () => {
-      const pool = new Pool({ connectionString });
-      // an idle client losing its socket must not surface as an unhandled error
-      pool.on('error', (error: Error) => logger.warn('database pool error', { error }));
-      const db = drizzle({ client: pool, schema }) as unknown as Db;
-      let ended: Promise<void> | undefined;
-      return { db, release: () => (ended ??= pool.end()) };
-    },
+    openDatabase: () => openRequestPool(connectionString, logger),
     bootstrap,
   };
+}
+
+/** How long a released Pool may take to close its connections before the request lets go anyway. */
+const POOL_CLOSE_GRACE_MS = 5_000;
+
+/** The part of a driver client that release() reaches: its socket (a WebSocket underneath). */
+type PoolClient = { connection?: { stream?: { end?(): void } } };
+
+/**
+ * A Pool per request: a Worker may not reuse a connection opened by another
+ * request's I/O context. The request-context middleware releases it in
+ * waitUntil, after the response has gone.
+ *
+ * `pool.end()` alone does not close the connections: the driver (1.2.0) sends
+ * Terminate but loses the callback that would close its WebSocket, so each
+ * socket stays open until the server hangs up (Postgres does, PGlite behind
+ * pglite-socket never does) or the request's I/O context is torn down under
+ * it. Release therefore ends each client's socket itself and waits for the
+ * pool's `remove` events, so every connection is closed cleanly, inside the
+ * request.
+ */
+function openRequestPool(connectionString: string, logger: Logger): DatabaseLease {
+  const pool = new Pool({ connectionString });
+  const open = new Set<PoolClient>();
+  let allClosed: (() => void) | undefined;
+  pool.on('connect', (client: PoolClient) => open.add(client));
+  pool.on('remove', (client: PoolClient) => {
+    open.delete(client);
+    if (open.size === 0) allClosed?.();
+  });
+  // an idle connection dropped by the server must not surface as an unhandled error
+  pool.on('error', (error: { message?: unknown }) =>
+    logger.warn('database connection lost', { reason: String(error?.message ?? error) }),
+  );
+  const db = drizzle({ client: pool, schema }) as unknown as Db;
+
+  const release = async () => {
+    const clients = [...open];
+    const closed = clients.length === 0 ? Promise.resolve() : new Promise<void>((resolve) => (allClosed = resolve));
+    await pool.end();
+    for (const client of clients) {
+      try {
+        client.connection?.stream?.end?.();
+      } catch {
+        // already closed by the server: nothing left to do
+      }
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([closed, new Promise<void>((resolve) => (timer = setTimeout(resolve, POOL_CLOSE_GRACE_MS)))]);
+    clearTimeout(timer);
+  };
+  let released: Promise<void> | undefined;
+  return { db, release: () => (released ??= release()) };
 }
 
 /**

@@ -29,7 +29,7 @@ export async function startWsProxy(options: { allow: string[]; host?: string; po
       socket.end('HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n');
       return;
     }
-    wss.handleUpgrade(req, socket, head, (ws) => { console.error('DBG upgrade');
+    wss.handleUpgrade(req, socket, head, (ws) => {
       const tcp = connect({ host: target[1]!, port: Number(target[2]) });
       tcp.setNoDelay(true);
       sockets.add(tcp);
@@ -37,7 +37,7 @@ export async function startWsProxy(options: { allow: string[]; host?: string; po
       ws.on('message', (data: Buffer) => tcp.write(data));
       tcp.on('data', (chunk) => ws.send(chunk));
       // each side's end closes the other cleanly, so neither logs a dropped peer
-      ws.on('close', (code) => { console.error('DBG ws close', code); tcp.end(); });
+      ws.on('close', () => tcp.end());
       ws.on('error', () => tcp.destroy());
       tcp.on('error', () => {});
       tcp.on('close', () => {
@@ -55,7 +55,7 @@ export async function startWsProxy(options: { allow: string[]; host?: string; po
   const { address, port } = server.address() as AddressInfo;
   return {
     address: `${address.includes(':') ? `[${address}]` : address}:${port}`,
-    close: async () => { console.error('DBG proxy close', wss.clients.size);
+    close: async () => {
       for (const client of wss.clients) client.terminate();
       for (const socket of sockets) socket.destroy();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -13,14 +13,14 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Hono } from 'hono';
-import pg from 'pg';
 import { eq } from 'drizzle-orm';
 import { createApp } from '../src/app';
 import { generateServiceToken, hashServiceToken } from '../src/auth/service-token';
 import { loadConfig } from '../src/config';
 import { createLogger } from '../src/logger';
 import { orgs, serviceTokens } from '../src/db/schema';
-import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from '../src/node/database';
+import { migrateDatabase, openPglite, type NodeDatabase } from '../src/node/database';
+import { createThrowawayPostgres } from '../test/support/node-database';
 import { systemClock, type Platform } from '../src/platform';
 
 interface BenchDatabase {
@@ -30,7 +30,7 @@ interface BenchDatabase {
   drop(): Promise<void>;
 }
 
-/** Mirrors test/support/node-database.ts: in-memory PGlite, or a throwaway database on a real server. */
+/** In-memory PGlite, or a throwaway database on a real server (test/support/node-database.ts). */
 async function openBenchDatabase(): Promise<BenchDatabase> {
   const adminUrl = process.env.BENCH_DATABASE_URL;
   if (!adminUrl) {
@@ -44,34 +44,14 @@ async function openBenchDatabase(): Promise<BenchDatabase> {
       drop: () => database.close(),
     };
   }
-  const name = `cellplane_bench_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
-  const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const database = openPostgres(url.toString(), { max: 10 });
+  const { database, name, url, drop } = await createThrowawayPostgres(adminUrl, 'cellplane_bench');
   if (database.kind !== 'postgres') throw new Error('openPostgres returned a non-Postgres database');
-  const drop = async () => {
-    await database.close();
-    const cleanup = new pg.Client({ connectionString: adminUrl });
-    await cleanup.connect();
-    await cleanup.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-    await cleanup.end();
+  const version = await database.pool.query<{ server_version: string }>('show server_version');
+  return {
+    database,
+    label: `Postgres ${version.rows[0]?.server_version ?? '?'} at ${new URL(url!).host} (node-postgres pool, database ${name})`,
+    drop,
   };
-  try {
-    await migrateDatabase(database);
-    const version = await database.pool.query<{ server_version: string }>('show server_version');
-    return {
-      database,
-      label: `Postgres ${version.rows[0]?.server_version ?? '?'} at ${url.host} (node-postgres pool, database ${name})`,
-      drop,
-    };
-  } catch (error) {
-    await drop();
-    throw error;
-  }
 }
 
 /** The raw driver, no drizzle: the floor under every query the app makes. */

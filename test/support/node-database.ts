@@ -22,26 +22,33 @@ export async function createTestDatabase(): Promise<TestDatabase> {
     await migrateDatabase(database);
     return { database, drop: () => database.close() };
   }
-  const name = `cellplane_t_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
+  return createThrowawayPostgres(adminUrl, 'cellplane_t', 20);
+}
+
+/** A new, migrated database on the server of `adminUrl`; `drop` closes and removes it. */
+export async function createThrowawayPostgres(adminUrl: string, prefix: string, max = 10): Promise<TestDatabase & { name: string }> {
+  const name = `${prefix}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   await admin.query(`CREATE DATABASE ${name}`);
   await admin.end();
   const url = new URL(adminUrl);
   url.pathname = `/${name}`;
-  const database = openPostgres(url.toString(), { max: 20 });
-  await migrateDatabase(database);
-  return {
-    database,
-    url: url.toString(),
-    drop: async () => {
-      await database.close();
-      const cleanup = new pg.Client({ connectionString: adminUrl });
-      await cleanup.connect();
-      await cleanup.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await cleanup.end();
-    },
+  const database = openPostgres(url.toString(), { max });
+  const drop = async () => {
+    await database.close();
+    const cleanup = new pg.Client({ connectionString: adminUrl });
+    await cleanup.connect();
+    await cleanup.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await cleanup.end();
   };
+  try {
+    await migrateDatabase(database);
+  } catch (error) {
+    await drop();
+    throw error;
+  }
+  return { database, name, url: url.toString(), drop };
 }
 
 /**

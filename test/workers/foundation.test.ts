@@ -151,6 +151,13 @@ describe.sequential('the Worker host, foundation routes', () => {
     expect(await json(response)).toMatchObject({ slug: 'acme', name: 'Acme' });
   });
 
+  it('serves concurrent requests, each on its own connection', async () => {
+    const responses = await Promise.all(Array.from({ length: 24 }, () => call('GET', '/acme/p/envs', { token })));
+    const bodies = await Promise.all(responses.map((response) => response.json()));
+    expect(responses.map((response) => response.status)).toEqual(responses.map(() => 200));
+    for (const body of bodies) expect((body as { name: string }[]).map((e) => e.name).sort()).toEqual(['default', 'staging']);
+  });
+
   it("answers 404 for another org's project of the same slug", async () => {
     await expectError(await call('GET', '/beta/p/envs', { token }), 404, 'not_found');
     await expectError(await call('GET', '/orgs/beta', { token }), 404, 'not_found');

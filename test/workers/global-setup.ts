@@ -36,7 +36,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const database = process.env.TEST_DATABASE_URL
       ? await createPostgresDatabase(process.env.TEST_DATABASE_URL, cleanups)
       : await servePglite(cleanups);
-    const proxy = await startWsProxy({ allow: [database.address] });
+    const proxy = await startWsProxy({ allow: [database.address], oneSessionAtATime: database.singleSession });
     cleanups.push(() => proxy.close());
     project.provide('workerBindings', {
       DATABASE_URL: database.url,
@@ -52,7 +52,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
 }
 
-type TestDatabase = { url: string; address: string };
+/** `singleSession`: PGlite, whose connections must take turns (src/node/ws-proxy.ts). */
+type TestDatabase = { url: string; address: string; singleSession: boolean };
 
 async function createPostgresDatabase(serverUrl: string, cleanups: (() => Promise<void>)[]): Promise<TestDatabase> {
   if (!/^postgres(ql)?:\/\//.test(serverUrl)) {
@@ -84,7 +85,7 @@ async function createPostgresDatabase(serverUrl: string, cleanups: (() => Promis
   } finally {
     await database.close();
   }
-  return { url: url.toString(), address: `${url.hostname}:${url.port || '5432'}` };
+  return { url: url.toString(), address: `${url.hostname}:${url.port || '5432'}`, singleSession: false };
 }
 
 async function servePglite(cleanups: (() => Promise<void>)[]): Promise<TestDatabase> {
@@ -98,5 +99,5 @@ async function servePglite(cleanups: (() => Promise<void>)[]): Promise<TestDatab
   await server.start();
   cleanups.push(() => server.stop());
   const address = server.getServerConn();
-  return { url: `postgres://postgres:postgres@${address}/postgres`, address };
+  return { url: `postgres://postgres:postgres@${address}/postgres`, address, singleSession: true };
 }

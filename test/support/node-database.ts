@@ -58,8 +58,8 @@ export async function createThrowawayPostgres(adminUrl: string, prefix: string, 
  */
 export async function createDatabaseUrl(): Promise<{ url: string; close(): Promise<void> }> {
   if (usingPostgres()) {
+    // the harness's own pool stays idle; drop closes it and removes the database
     const testDatabase = await createTestDatabase();
-    await testDatabase.database.close();
     return { url: testDatabase.url!, close: () => testDatabase.drop() };
   }
   const { PGlite } = await import('@electric-sql/pglite');

@@ -5,9 +5,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import { ConfigError, loadConfig, SECRET_VARIABLES } from '../src/config';
-import { migrateDatabase, openPglite, openPostgres } from '../src/node/database';
+import { migrateDatabase, openPglite, openPostgres, servePgliteOverTcp } from '../src/node/database';
 import { loadOrCreateLocalSecrets } from '../src/node/local-secrets';
 import { startWsProxy } from '../src/node/ws-proxy';
 
@@ -114,13 +113,11 @@ async function main(): Promise<void> {
       cleanups.push(() => database.close());
       if (database.kind !== 'pglite') throw new Error('expected the embedded PGlite');
       await migrateDatabase(database);
-      // each request opens its own connection; PGlite runs their queries one at a time
-      const server = new PGLiteSocketServer({ db: database.pglite, host: '127.0.0.1', port: 0, maxConnections: 64 });
-      await server.start();
-      cleanups.push(() => server.stop());
-      target = server.getServerConn();
+      const served = await servePgliteOverTcp(database.pglite);
+      cleanups.push(() => served.stop());
+      target = served.address;
       embedded = true;
-      workerVars.DATABASE_URL = `postgres://postgres:postgres@${target}/postgres`;
+      workerVars.DATABASE_URL = served.url;
       workerVars.ENCRYPTION_KEY = env.ENCRYPTION_KEY || local.ENCRYPTION_KEY;
       workerVars.AUTH_SECRET = env.AUTH_SECRET || local.AUTH_SECRET;
       log(`database: embedded PGlite in ${dataDir}, served on ${target}`);

@@ -55,3 +55,17 @@ export async function migrateDatabase(database: NodeDatabase): Promise<void> {
     client.release();
   }
 }
+
+/**
+ * Serves an open PGlite over the Postgres wire protocol on a free loopback
+ * port, for clients that speak TCP (the `pg` driver, or the Neon driver
+ * through the local WebSocket proxy). Development and tests only.
+ */
+export async function servePgliteOverTcp(pglite: PGlite): Promise<{ address: string; url: string; stop(): Promise<void> }> {
+  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
+  // several connections may be open at once (each request's pool); PGlite runs their queries one at a time
+  const server = new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0, maxConnections: 64 });
+  await server.start();
+  const address = server.getServerConn();
+  return { address, url: `postgres://postgres:postgres@${address}/postgres`, stop: () => server.stop() };
+}

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from '../../src/node/database';
+import { migrateDatabase, openPglite, openPostgres, servePgliteOverTcp, type NodeDatabase } from '../../src/node/database';
 
 /**
  * A fresh, migrated database for one test file: an in-memory PGlite by
@@ -62,18 +62,14 @@ export async function createDatabaseUrl(): Promise<{ url: string; close(): Promi
     const testDatabase = await createTestDatabase();
     return { url: testDatabase.url!, close: () => testDatabase.drop() };
   }
-  const { PGlite } = await import('@electric-sql/pglite');
-  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
-  const pglite = new PGlite();
-  await pglite.waitReady;
-  const server = new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0, maxConnections: 16 });
-  await server.start();
-  const port = server.getServerConn().split(':').pop();
+  const database = await openPglite(undefined);
+  if (database.kind !== 'pglite') throw new Error('expected an embedded PGlite');
+  const served = await servePgliteOverTcp(database.pglite);
   return {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    url: served.url,
     close: async () => {
-      await server.stop();
-      await pglite.close();
+      await served.stop();
+      await database.close();
     },
   };
 }

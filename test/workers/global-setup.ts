@@ -1,9 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
-import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { migrateDatabase, openPglite, openPostgres } from '../../src/node/database';
+import { migrateDatabase, openPglite, openPostgres, servePgliteOverTcp } from '../../src/node/database';
 import { startWsProxy } from '../../src/node/ws-proxy';
+import { createThrowawayPostgres } from '../support/node-database';
 
 /** The Worker's variables for the test run, handed to miniflare as bindings (vitest.config.ts). */
 export interface WorkerTestBindings {
@@ -59,32 +58,10 @@ async function createPostgresDatabase(serverUrl: string, cleanups: (() => Promis
   if (!/^postgres(ql)?:\/\//.test(serverUrl)) {
     throw new Error('TEST_DATABASE_URL expects a postgres:// or postgresql:// connection string');
   }
-  const name = `cellplane_w_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: serverUrl });
-  await admin.connect();
-  try {
-    await admin.query(`create database ${name}`);
-  } finally {
-    await admin.end();
-  }
-  cleanups.push(async () => {
-    const client = new pg.Client({ connectionString: serverUrl });
-    await client.connect();
-    try {
-      // FORCE: a pool the Worker left open must not keep the database alive
-      await client.query(`drop database if exists ${name} with (force)`);
-    } finally {
-      await client.end();
-    }
-  });
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
-  const database = openPostgres(url.toString(), { max: 1 });
-  try {
-    await migrateDatabase(database);
-  } finally {
-    await database.close();
-  }
+  const database = await createThrowawayPostgres(serverUrl, 'cellplane_w', 1);
+  // drop closes the harness pool and (WITH FORCE) whatever the Worker left open
+  cleanups.push(() => database.drop());
+  const url = new URL(database.url!);
   return { url: url.toString(), address: `${url.hostname}:${url.port || '5432'}`, singleSession: false };
 }
 
@@ -93,11 +70,7 @@ async function servePglite(cleanups: (() => Promise<void>)[]): Promise<TestDatab
   cleanups.push(() => database.close());
   if (database.kind !== 'pglite') throw new Error('expected an embedded PGlite');
   await migrateDatabase(database);
-  // several connections may be open at once (each request's Pool); PGlite
-  // runs their queries one at a time
-  const server = new PGLiteSocketServer({ db: database.pglite, host: '127.0.0.1', port: 0, maxConnections: 64 });
-  await server.start();
-  cleanups.push(() => server.stop());
-  const address = server.getServerConn();
-  return { url: `postgres://postgres:postgres@${address}/postgres`, address, singleSession: true };
+  const served = await servePgliteOverTcp(database.pglite);
+  cleanups.push(() => served.stop());
+  return { url: served.url, address: served.address, singleSession: true };
 }

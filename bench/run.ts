@@ -20,8 +20,8 @@ import { loadConfig } from '../src/config';
 import { createLogger } from '../src/logger';
 import { orgs, serviceTokens } from '../src/db/schema';
 import { migrateDatabase, openPglite, type NodeDatabase } from '../src/node/database';
+import { platformOnSharedDatabase } from '../src/node/platform';
 import { createThrowawayPostgres } from '../test/support/node-database';
-import { systemClock, type Platform } from '../src/platform';
 
 interface BenchDatabase {
   database: NodeDatabase;
@@ -187,13 +187,7 @@ async function main(): Promise<void> {
     const config = loadConfig({ ENCRYPTION_KEY: randomBytes(32).toString('hex'), AUTH_SECRET: randomBytes(32).toString('hex') });
     // the real logger, formatting every line; only the I/O is left out
     const logger = createLogger({ level: 'info', secrets: [config.encryptionKey, config.authSecret], sink: () => {} });
-    const platform: Platform = {
-      config,
-      logger,
-      clock: systemClock,
-      openDatabase: () => ({ db: database.db, release: async () => {} }),
-      bootstrap: { closed: false },
-    };
+    const platform = platformOnSharedDatabase({ config, logger, db: database.db });
     const app = createApp(platform);
     const json = (method: string, body: unknown, token?: string): RequestInit => ({
       method,

@@ -1,7 +1,8 @@
 import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
-import { systemClock, type Platform } from '../platform';
+import type { Db } from '../db/client';
+import { systemClock, type Clock, type Platform } from '../platform';
 import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
 import { loadOrCreateLocalSecrets } from './local-secrets';
 
@@ -46,12 +47,20 @@ export async function createNodePlatform(
     await database.close();
     throw error;
   }
-  const platform: Platform = {
-    config,
-    logger,
-    clock: systemClock,
-    openDatabase: () => ({ db: database.db, release: async () => {} }),
+  const platform = platformOnSharedDatabase({ config, logger, db: database.db });
+  return { platform, database, dataDir, close: () => database.close() };
+}
+
+/**
+ * A Platform whose requests all share one long-lived database handle (the
+ * Node host's pool or PGlite): leasing is free and releasing does nothing.
+ */
+export function platformOnSharedDatabase(options: { config: Config; logger: Logger; db: Db; clock?: Clock }): Platform {
+  return {
+    config: options.config,
+    logger: options.logger,
+    clock: options.clock ?? systemClock,
+    openDatabase: () => ({ db: options.db, release: async () => {} }),
     bootstrap: { closed: false },
   };
-  return { platform, database, dataDir, close: () => database.close() };
 }

@@ -2,7 +2,8 @@ import { createApp } from '../../src/app';
 import { loadConfig } from '../../src/config';
 import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
-import { systemClock, type Clock, type Platform } from '../../src/platform';
+import { platformOnSharedDatabase } from '../../src/node/platform';
+import type { Clock, Platform } from '../../src/platform';
 import { createTestDatabase, type TestDatabase } from './node-database';
 
 export const TEST_SECRETS = {
@@ -49,15 +50,13 @@ export async function createTestApi(options: { clock?: Clock; env?: Record<strin
   });
   let leases = 0;
   const db = testDatabase.database.db;
+  const shared = platformOnSharedDatabase({ config, logger, db, clock: options.clock });
   const platform: Platform = {
-    config,
-    logger,
-    clock: options.clock ?? systemClock,
+    ...shared,
     openDatabase: () => {
       leases += 1;
-      return { db, release: async () => {} };
+      return shared.openDatabase();
     },
-    bootstrap: { closed: false },
   };
   const app = createApp(platform);
   return {

@@ -9,7 +9,12 @@ import { ApiError } from './http/errors';
 import { handleError } from './http/error-handler';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
 import type { Platform } from './platform';
+import { cellRoutes } from './modules/cells/routes';
+import { entityRoutes } from './modules/entities/routes';
+import { entityTypeRoutes } from './modules/entity-types/routes';
 import { environmentRoutes } from './modules/environments/routes';
+import { relationshipRoutes } from './modules/relationships/routes';
+import { relationshipTypeRoutes } from './modules/relationship-types/routes';
 import { orgRoutes } from './modules/orgs/routes';
 import { projectRoutes } from './modules/projects/routes';
 import { renderDocsPage } from './modules/system/docs-page';
@@ -88,6 +93,11 @@ export function createApp(platform: Platform) {
   api.route('/', projectRoutes);
   api.route('/', tokenRoutes);
   api.route('/', environmentRoutes);
+  api.route('/', entityTypeRoutes);
+  api.route('/', relationshipTypeRoutes);
+  api.route('/', cellRoutes);
+  api.route('/', entityRoutes);
+  api.route('/', relationshipRoutes);
   app.route('/', api);
 
   return app;

@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROLES, type Role } from '../../src/auth/permissions';
 import { generateServiceToken } from '../../src/auth/service-token';
+import { cells, entityTypes } from '../../src/db/schema';
 import { createTestApi, type TestApi } from '../support/node-app';
 import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
-import { matrixOwner, SECURED_ROUTES } from '../support/security-matrix';
+import { matrixOwner, SECURED_ROUTES } from '../support/security-matrix/index';
 
 /**
  * Every route × every kind of caller: no token, a bad token, each role, a
@@ -36,7 +37,23 @@ describe('security matrix', () => {
       roleTokens[role] = await mintToken(api, tenant, { role, as: roleTokens.owner });
     }
     pinnedAdmin = await mintToken(api, tenant, { role: 'admin', envName: 'staging', as: roleTokens.owner });
-    cellScopedAdmin = await mintToken(api, tenant, { role: 'admin', cellScopes: ['eu-1'], as: roleTokens.owner });
+    // an explicit cell with no members: everything the routes touch is outside it
+    await api.db.insert(entityTypes).values({
+      orgId: tenant.org.id,
+      projectId: tenant.project.id,
+      name: 'matrix-type',
+      states: ['active'],
+      initialState: 'active',
+    });
+    await api.db.insert(cells).values({
+      orgId: tenant.org.id,
+      projectId: tenant.project.id,
+      name: 'matrix-scope',
+      entityTypeName: 'matrix-type',
+      placementPolicy: 'least-loaded',
+      membershipMode: 'explicit',
+    });
+    cellScopedAdmin = await mintToken(api, tenant, { role: 'admin', cellScopes: ['matrix-scope'], as: roleTokens.owner });
   });
   afterAll(() => api.close());
 
@@ -69,9 +86,11 @@ describe('security matrix', () => {
       else expect(response.status, JSON.stringify(response.body)).toBe(route.success);
     });
 
-    it('with a cell-scoped token (no cell-scoped data on this route: role decides)', async () => {
+    it('with a cell-scoped token, on data outside its cells', async () => {
       const response = await route.call(api, tenant, cellScopedAdmin);
       if (route.minRole === 'none') expectError(response, 403, 'forbidden');
+      else if (route.outsideCellScope?.code) expectError(response, route.outsideCellScope.status, route.outsideCellScope.code);
+      else if (route.outsideCellScope) expect(response.status, JSON.stringify(response.body)).toBe(route.outsideCellScope.status);
       else expect(response.status, JSON.stringify(response.body)).toBe(route.success);
     });
   });

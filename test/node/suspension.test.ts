@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { orgs } from '../../src/db/schema';
 import { createTestApi, type TestApi } from '../support/node-app';
 import { createTenant, expectError, seedToken, type Tenant } from '../support/fixtures';
-import { matrixOwner, SECURED_ROUTES } from '../support/security-matrix';
+import { matrixOwner, SECURED_ROUTES } from '../support/security-matrix/index';
 
 // the super-admin endpoints that set `suspended_at` come later; the column is the contract
 const suspend = (api: TestApi, tenant: Tenant, at: Date | null) =>

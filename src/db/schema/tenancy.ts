@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { check, index, integer, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
+import { bigint, check, index, integer, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
 import { createdAt, id, optionalTimestamp } from './columns';
 
 export const orgs = pgTable('orgs', {
@@ -37,6 +37,8 @@ export const environments = pgTable(
       .notNull()
       .references(() => projects.id, { onDelete: 'cascade' }),
     name: text('name').notNull(),
+    /** The last change-log sequence handed out in this environment (runtime.ts, entity_changes). */
+    changeSeq: bigint('change_seq', { mode: 'number' }).notNull().default(0),
     createdAt: createdAt(),
   },
   (t) => [unique('environments_project_name_unique').on(t.projectId, t.name)],

@@ -1,26 +1,6 @@
-import type { Role } from '../../src/auth/permissions';
-import type { Tenant } from './fixtures';
-import type { ApiResponse, TestApi } from './node-app';
+import { fresh, matrixOwner, type SecuredRoute } from './route';
 
-/**
- * One row per route: how to call it for a tenant, and the least role it
- * needs (`none` for routes no service token may use). The shared matrix in
- * test/node/security-matrix.test.ts runs every row against every caller kind;
- * later resources add their rows here.
- */
-export interface SecuredRoute {
-  name: string;
-  minRole: Role | 'none';
-  /** True when a token pinned to another environment must be refused. */
-  environmentScoped: boolean;
-  call(api: TestApi, tenant: Tenant, token: string | undefined): Promise<ApiResponse>;
-  success: number;
-}
-
-let n = 0;
-const fresh = (base: string) => `${base}-${(++n).toString(36)}`;
-
-export const SECURED_ROUTES: SecuredRoute[] = [
+export const FOUNDATION_ROUTES: SecuredRoute[] = [
   {
     name: 'POST /orgs',
     minRole: 'none',
@@ -104,6 +84,3 @@ export const SECURED_ROUTES: SecuredRoute[] = [
     },
   },
 ];
-
-/** The owner token each matrix run sets up, for routes that need a fixture made first. */
-export const matrixOwner = new WeakMap<TestApi, string>();

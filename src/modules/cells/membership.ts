@@ -1,0 +1,97 @@
+import { and, eq, sql, type SQL } from 'drizzle-orm';
+import type { ServiceContext } from '../../context';
+import type { Queryable } from '../../db/client';
+import { cells, entities } from '../../db/schema';
+import { ApiError } from '../../http/errors';
+
+/**
+ * Cell membership as SQL. A cell's members are entities of its entity type
+ * that are either listed explicitly (cell_members) or match its derived
+ * selector — evaluated in the query, so derived membership is always
+ * current. The same conditions filter what a cell-scoped token sees.
+ */
+
+export type CellRow = typeof cells.$inferSelect;
+
+export type DerivedFrom =
+  | { selector: { labels?: Record<string, string>; states?: string[]; properties?: Record<string, unknown> } }
+  | { relationship: { type: string; entity: string; direction?: 'outgoing' | 'incoming' } };
+
+/** A condition on the `entities` table: the entity is a member of `cell`. */
+export function cellMembershipCondition(cell: CellRow): SQL {
+  const ofType = eq(entities.entityTypeName, cell.entityTypeName);
+  if (cell.membershipMode === 'explicit') {
+    return and(
+      ofType,
+      sql`exists (select 1 from cell_members m where m.cell_id = ${cell.id} and m.entity_id = ${entities.id})`,
+    )!;
+  }
+  const derived = cell.membershipDerivedFrom as DerivedFrom;
+  if ('selector' in derived) {
+    const { labels, states, properties } = derived.selector;
+    return and(
+      ofType,
+      labels && Object.keys(labels).length > 0 ? sql`${entities.labels} @> ${JSON.stringify(labels)}::jsonb` : undefined,
+      states && states.length > 0 ? sql`${entities.state} in (${sql.join(states.map((s) => sql`${s}`), sql`, `)})` : undefined,
+      properties && Object.keys(properties).length > 0
+        ? sql`${entities.properties} @> ${JSON.stringify(properties)}::jsonb`
+        : undefined,
+    )!;
+  }
+  const { type, entity, direction = 'outgoing' } = derived.relationship;
+  // outgoing: members are the targets of `entity`'s relationships of `type`; incoming: their sources
+  const anchorEnd = direction === 'outgoing' ? sql.raw('r.from_entity_id') : sql.raw('r.to_entity_id');
+  const memberEnd = direction === 'outgoing' ? sql.raw('r.to_entity_id') : sql.raw('r.from_entity_id');
+  return and(
+    ofType,
+    sql`exists (select 1 from relationships r join entities anchor on anchor.id = ${anchorEnd}
+      where r.env_id = ${entities.envId} and r.relationship_type_name = ${type}
+        and anchor.name = ${entity} and ${memberEnd} = ${entities.id})`,
+  )!;
+}
+
+/** The named cells and, transitively, every cell that names one of them as a parent. */
+export function withDescendants(all: CellRow[], names: string[]): CellRow[] {
+  const included = new Set(names);
+  let grew = true;
+  while (grew) {
+    grew = false;
+    for (const cell of all) {
+      if (!included.has(cell.name) && cell.parentCells.some((parent) => included.has(parent))) {
+        included.add(cell.name);
+        grew = true;
+      }
+    }
+  }
+  return all.filter((cell) => included.has(cell.name));
+}
+
+/**
+ * What a caller may see of an environment's entities: undefined for "all",
+ * or a condition on `entities` for a cell-scoped token (membership of any
+ * scoped cell or of a cell beneath one). A scope naming no existing cell
+ * matches nothing.
+ */
+export async function callerCellScope(ctx: ServiceContext, projectId: string, db: Queryable = ctx.db): Promise<SQL | undefined> {
+  const caller = ctx.caller;
+  if (caller.kind !== 'token' || caller.cellScopes.length === 0) return undefined;
+  const projectCells = await db.select().from(cells).where(eq(cells.projectId, projectId));
+  const scoped = withDescendants(projectCells, caller.cellScopes);
+  if (scoped.length === 0) return sql`false`;
+  return sql`(${sql.join(scoped.map((cell) => sql`(${cellMembershipCondition(cell)})`), sql` or `)})`;
+}
+
+/**
+ * Refuses a write that leaves (or never entered) the caller's cells: run
+ * inside the write's transaction, after the row is written, so the rollback
+ * undoes it. For updates, call it before the change as well.
+ */
+export async function assertEntityInScope(db: Queryable, scope: SQL | undefined, entityId: string, name: string): Promise<void> {
+  if (!scope) return;
+  const [row] = await db
+    .select({ inScope: sql<boolean>`true` })
+    .from(entities)
+    .where(and(eq(entities.id, entityId), scope))
+    .limit(1);
+  if (!row) throw new ApiError('cell_scope_violation', `entity "${name}" is outside the token's cells`);
+}

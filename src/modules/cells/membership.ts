@@ -2,7 +2,7 @@ import { and, eq, sql, type SQL } from 'drizzle-orm';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { cells, entities } from '../../db/schema';
-import { ApiError } from '../../http/errors';
+import { ApiError, notFound } from '../../http/errors';
 
 /**
  * Cell membership as SQL. A cell's members are entities of its entity type
@@ -16,6 +16,17 @@ export type CellRow = typeof cells.$inferSelect;
 export type DerivedFrom =
   | { selector: { labels?: Record<string, string>; states?: string[]; properties?: Record<string, unknown> } }
   | { relationship: { type: string; entity: string; direction?: 'outgoing' | 'incoming' } };
+
+/** The cell `name` of a project, or a 404. Other modules reach cells through this. */
+export async function getCell(db: Queryable, projectId: string, name: string): Promise<CellRow> {
+  const [row] = await db
+    .select()
+    .from(cells)
+    .where(and(eq(cells.projectId, projectId), eq(cells.name, name)))
+    .limit(1);
+  if (!row) throw notFound(`cell "${name}"`);
+  return row;
+}
 
 /** A condition on the `entities` table: the entity is a member of `cell`. */
 export function cellMembershipCondition(cell: CellRow): SQL {

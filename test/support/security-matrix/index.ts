@@ -1,7 +1,19 @@
+import { CELLS_ROUTES } from './cells';
+import { ENTITIES_ROUTES } from './entities';
+import { ENTITY_TYPES_ROUTES } from './entity-types';
 import { FOUNDATION_ROUTES } from './foundation';
+import { RELATIONSHIP_TYPES_ROUTES } from './relationship-types';
+import { RELATIONSHIPS_ROUTES } from './relationships';
 import type { SecuredRoute } from './route';
 
 export { asOwner, fresh, matrixOwner, type SecuredRoute } from './route';
 
-/** Every secured route of the API; each module adds its file here. */
-export const SECURED_ROUTES: SecuredRoute[] = [...FOUNDATION_ROUTES];
+/** Every secured route of the API, a file per module. */
+export const SECURED_ROUTES: SecuredRoute[] = [
+  ...FOUNDATION_ROUTES,
+  ...ENTITY_TYPES_ROUTES,
+  ...RELATIONSHIP_TYPES_ROUTES,
+  ...CELLS_ROUTES,
+  ...ENTITIES_ROUTES,
+  ...RELATIONSHIPS_ROUTES,
+];

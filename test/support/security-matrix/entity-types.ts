@@ -1,0 +1,3 @@
+import type { SecuredRoute } from './route';
+
+export const ENTITY_TYPES_ROUTES: SecuredRoute[] = [];

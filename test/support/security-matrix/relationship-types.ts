@@ -1,0 +1,3 @@
+import type { SecuredRoute } from './route';
+
+export const RELATIONSHIP_TYPES_ROUTES: SecuredRoute[] = [];

@@ -2,6 +2,7 @@ import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
 import type { BootstrapMemo, Clock } from './platform';
+import type { CallerState } from './auth/caller';
 import type { Role } from './auth/permissions';
 
 export interface TokenCaller {
@@ -31,7 +32,12 @@ export interface ServiceContext {
   readonly config: Config;
   readonly logger: Logger;
   readonly clock: Clock;
+  /**
+   * Who is calling. Resolved by the first tenancy lookup (src/auth/access.ts)
+   * or by resolveCaller(); reading it earlier throws.
+   */
   readonly caller: Caller;
+  readonly callerState: CallerState;
   readonly bootstrap: BootstrapMemo;
   readonly requestId: string;
 }
@@ -39,7 +45,6 @@ export interface ServiceContext {
 export type AppEnv = {
   Variables: {
     requestId: string;
-    caller: Caller;
     /** Built by the request-context middleware; the database inside opens on first use. */
     services: ServiceContext;
   };

@@ -1,14 +1,20 @@
-import { and, eq, isNull } from 'drizzle-orm';
+import { and, eq, isNull, type SQL } from 'drizzle-orm';
 import type { Caller, ServiceContext } from '../context';
 import type { Queryable } from '../db/client';
-import { environments, orgs, projects } from '../db/schema';
+import { environments, orgs, projects, serviceTokens } from '../db/schema';
 import { ApiError, notFound } from '../http/errors';
+import { pinnedEnvName, resolveCaller, tokenCaller, tokenCallerColumns } from './caller';
 import { roleAllows, type Permission } from './permissions';
 
 /**
  * Tenancy and authorization in one place. Every lookup filters by the
  * caller's tenant keys: a token of another organization or project sees a
  * 404, never a 403, so existence does not leak across tenants.
+ *
+ * A presented token is looked up here, joined with the organization, the
+ * project and the environment the path names: one query settles who is
+ * calling and what they address. When that finds nothing, the slow path
+ * tells the cases apart (unknown token: 401; someone else's project: 404).
  */
 
 export type OrgRow = typeof orgs.$inferSelect;
@@ -18,6 +24,9 @@ export type EnvironmentRow = typeof environments.$inferSelect;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const isUuid = (value: string) => UUID.test(value);
 
+const orgMatches = (ref: string): SQL => (isUuid(ref) ? eq(orgs.id, ref) : eq(orgs.slug, ref));
+const projectMatches = (ref: string): SQL => (isUuid(ref) ? eq(projects.id, ref) : eq(projects.slug, ref));
+
 export function requirePermission(caller: Caller, permission: Permission): void {
   if (caller.kind === 'bootstrap') return;
   if (!roleAllows(caller.role, permission)) {
@@ -25,16 +34,87 @@ export function requirePermission(caller: Caller, permission: Permission): void 
   }
 }
 
+function assertNotSuspended(org: OrgRow): void {
+  if (org.suspendedAt) throw new ApiError('org_suspended', `organization "${org.slug}" is suspended`);
+}
+
 /** An organization by id or slug, visible to the caller and not suspended. */
 export async function loadOrg(ctx: ServiceContext, ref: string, db: Queryable = ctx.db): Promise<OrgRow> {
-  const [org] = await db
-    .select()
-    .from(orgs)
-    .where(and(isUuid(ref) ? eq(orgs.id, ref) : eq(orgs.slug, ref), isNull(orgs.deletedAt)))
-    .limit(1);
+  const state = ctx.callerState;
+  if (!state.resolved) {
+    const [row] = await db
+      .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs })
+      .from(serviceTokens)
+      .innerJoin(orgs, eq(orgs.id, serviceTokens.orgId))
+      .where(and(eq(serviceTokens.tokenHash, state.tokenHash!), isNull(serviceTokens.revokedAt), orgMatches(ref), isNull(orgs.deletedAt)))
+      .limit(1);
+    if (row) {
+      state.settle(tokenCaller(row, ctx.clock));
+      assertNotSuspended(row.org);
+      return row.org;
+    }
+    await resolveCaller(state, db, ctx.clock);
+  }
+  const [org] = await db.select().from(orgs).where(and(orgMatches(ref), isNull(orgs.deletedAt))).limit(1);
   if (!org || (ctx.caller.kind === 'token' && ctx.caller.orgId !== org.id)) throw notFound(`organization "${ref}"`);
-  if (org.suspendedAt) throw new ApiError('org_suspended', `organization "${org.slug}" is suspended`);
+  assertNotSuspended(org);
   return org;
+}
+
+interface Tenancy {
+  org: OrgRow;
+  project: ProjectRow;
+  /** The environment named in the lookup, or null when it does not exist (or none was named). */
+  env: EnvironmentRow | null;
+}
+
+/** The organization, project and (optionally) environment a path names, visible to the caller. */
+async function loadTenancy(
+  ctx: ServiceContext,
+  ref: { org: string; project: string; env?: string },
+  db: Queryable,
+): Promise<Tenancy> {
+  const envJoin = and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? ''));
+  const state = ctx.callerState;
+  if (!state.resolved) {
+    const [row] = await db
+      .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs, project: projects, env: environments })
+      .from(serviceTokens)
+      .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
+      .innerJoin(orgs, eq(orgs.id, projects.orgId))
+      .leftJoin(environments, envJoin)
+      .where(
+        and(
+          eq(serviceTokens.tokenHash, state.tokenHash!),
+          isNull(serviceTokens.revokedAt),
+          orgMatches(ref.org),
+          projectMatches(ref.project),
+          isNull(orgs.deletedAt),
+        ),
+      )
+      .limit(1);
+    if (row) {
+      state.settle(tokenCaller(row, ctx.clock));
+      assertNotSuspended(row.org);
+      return { org: row.org, project: row.project, env: row.env };
+    }
+    await resolveCaller(state, db, ctx.clock);
+  }
+  const [row] = await db
+    .select({ org: orgs, project: projects, env: environments })
+    .from(projects)
+    .innerJoin(orgs, eq(orgs.id, projects.orgId))
+    .leftJoin(environments, envJoin)
+    .where(and(orgMatches(ref.org), projectMatches(ref.project), isNull(orgs.deletedAt)))
+    .limit(1);
+  const caller = ctx.caller;
+  if (!row || (caller.kind === 'token' && caller.projectId !== row.project.id)) {
+    // same answer whether the project is missing or belongs to someone else
+    if (!row) await loadOrg(ctx, ref.org, db);
+    throw notFound(`project "${ref.project}"`);
+  }
+  assertNotSuspended(row.org);
+  return row;
 }
 
 /** A project by id or slug inside an organization, visible to the caller. */
@@ -44,26 +124,8 @@ export async function loadProject(
   projectRef: string,
   db: Queryable = ctx.db,
 ): Promise<{ org: OrgRow; project: ProjectRow }> {
-  const [row] = await db
-    .select({ org: orgs, project: projects })
-    .from(projects)
-    .innerJoin(orgs, eq(orgs.id, projects.orgId))
-    .where(
-      and(
-        isUuid(orgRef) ? eq(orgs.id, orgRef) : eq(orgs.slug, orgRef),
-        isUuid(projectRef) ? eq(projects.id, projectRef) : eq(projects.slug, projectRef),
-        isNull(orgs.deletedAt),
-      ),
-    )
-    .limit(1);
-  const caller = ctx.caller;
-  if (!row || (caller.kind === 'token' && caller.projectId !== row.project.id)) {
-    // same answer whether the project is missing or belongs to someone else
-    if (!row) await loadOrg(ctx, orgRef, db);
-    throw notFound(`project "${projectRef}"`);
-  }
-  if (row.org.suspendedAt) throw new ApiError('org_suspended', `organization "${row.org.slug}" is suspended`);
-  return row;
+  const { org, project } = await loadTenancy(ctx, { org: orgRef, project: projectRef }, db);
+  return { org, project };
 }
 
 /** Project-scoped access: the project is visible and the caller's role holds `permission`. */
@@ -85,12 +147,8 @@ export async function authorizeEnvironment(
   permission: Permission,
   db: Queryable = ctx.db,
 ): Promise<{ org: OrgRow; project: ProjectRow; env: EnvironmentRow }> {
-  const { org, project } = await authorizeProject(ctx, ref, permission, db);
-  const [env] = await db
-    .select()
-    .from(environments)
-    .where(and(eq(environments.projectId, project.id), eq(environments.name, ref.env)))
-    .limit(1);
+  const { org, project, env } = await loadTenancy(ctx, ref, db);
+  requirePermission(ctx.caller, permission);
   if (!env) throw notFound(`environment "${ref.env}"`);
   assertEnvironmentPin(ctx.caller, env);
   return { org, project, env };

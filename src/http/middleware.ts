@@ -3,7 +3,7 @@ import { bodyLimit } from 'hono/body-limit';
 import type { AppEnv, ServiceContext } from '../context';
 import type { Db } from '../db/client';
 import type { DatabaseLease, Platform } from '../platform';
-import { authenticate } from '../modules/tokens/service';
+import { authenticateRequest } from '../auth/caller';
 import { ApiError } from './errors';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -42,9 +42,10 @@ export const parseJsonBody = (): MiddlewareHandler<AppEnv> => async (c, next) =>
 };
 
 /**
- * Resolves who is calling and builds the request's service context. The
- * database is leased lazily: a request refused on the token's shape or
- * checksum never opens a connection.
+ * Checks the credentials that need no lookup and builds the request's
+ * service context. The database is leased lazily: a request refused on the
+ * token's shape or checksum never opens a connection, and the token itself
+ * is looked up together with the request's tenancy (src/auth/access.ts).
  */
 export const requestContext =
   (platform: Platform): MiddlewareHandler<AppEnv> =>
@@ -52,10 +53,7 @@ export const requestContext =
     let lease: DatabaseLease | undefined;
     const db = (): Db => (lease ??= platform.openDatabase()).db;
     try {
-      const caller = await authenticate(
-        { db, clock: platform.clock, bootstrap: platform.bootstrap },
-        c.req.header('authorization'),
-      );
+      const callerState = await authenticateRequest({ db, bootstrap: platform.bootstrap }, c.req.header('authorization'));
       const services: ServiceContext = {
         get db() {
           return db();
@@ -63,11 +61,13 @@ export const requestContext =
         config: platform.config,
         logger: platform.logger,
         clock: platform.clock,
-        caller,
+        get caller() {
+          return callerState.current;
+        },
+        callerState,
         bootstrap: platform.bootstrap,
         requestId: c.var.requestId,
       };
-      c.set('caller', caller);
       c.set('services', services);
       await next();
     } finally {

@@ -1,5 +1,6 @@
 import type { z } from '@hono/zod-openapi';
 import { loadOrg, type OrgRow } from '../../auth/access';
+import { resolveCaller } from '../../auth/caller';
 import type { ServiceContext } from '../../context';
 import { orgs } from '../../db/schema';
 import { ApiError } from '../../http/errors';
@@ -19,7 +20,8 @@ export async function createOrg(
 ): Promise<z.infer<typeof Organization>> {
   // Service tokens belong to one project of one organization: creating
   // another organization is outside any token's scope (docs/decisions.md).
-  if (ctx.caller.kind === 'token') {
+  const caller = await resolveCaller(ctx.callerState, ctx.db, ctx.clock);
+  if (caller.kind === 'token') {
     throw new ApiError(
       'forbidden',
       'service tokens are scoped to one project; creating an organization needs bootstrap mode or a user session',

@@ -2,17 +2,11 @@ import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, isNull, sql } from 'drizzle-orm';
 import { authorizeProject } from '../../auth/access';
 import { roleCovers } from '../../auth/permissions';
-import {
-  generateServiceToken,
-  hashServiceToken,
-  isWellFormedServiceToken,
-} from '../../auth/service-token';
-import type { Caller, ServiceContext } from '../../context';
-import type { Db } from '../../db/client';
+import { generateServiceToken, hashServiceToken } from '../../auth/service-token';
+import type { ServiceContext } from '../../context';
 import { environments, serviceTokens, systemState } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
-import type { BootstrapMemo, Clock } from '../../platform';
 import type { MintedServiceToken, ServiceToken, ServiceTokenCreate } from './schemas';
 
 type ProjectRef = { org: string; project: string };
@@ -30,52 +24,6 @@ const toServiceToken = (row: TokenRow, envName: string | null): z.infer<typeof S
 });
 
 const unauthorized = (message: string) => new ApiError('unauthorized', message);
-
-/**
- * Who is calling. No Authorization header is accepted only while bootstrap
- * mode is open; a header must carry a well-formed `cpl_` token, checked for
- * shape and checksum before the database is asked anything.
- */
-export async function authenticate(
-  deps: { db: () => Db; clock: Clock; bootstrap: BootstrapMemo },
-  authorization: string | undefined,
-): Promise<Caller> {
-  if (authorization === undefined) {
-    if (!deps.bootstrap.closed) {
-      const [state] = await deps.db().select().from(systemState).limit(1);
-      if (state && state.bootstrapClosedAt === null) return { kind: 'bootstrap' };
-      deps.bootstrap.closed = true;
-    }
-    throw unauthorized('authentication required: send Authorization: Bearer <token>');
-  }
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-  if (!match) throw unauthorized('expected Authorization: Bearer <token>');
-  const token = match[1]!;
-  if (!isWellFormedServiceToken(token)) throw unauthorized('malformed token');
-
-  const [row] = await deps
-    .db()
-    .select({ token: serviceTokens, envName: environments.name })
-    .from(serviceTokens)
-    .leftJoin(environments, eq(environments.id, serviceTokens.envId))
-    .where(and(eq(serviceTokens.tokenHash, await hashServiceToken(token)), isNull(serviceTokens.revokedAt)))
-    .limit(1);
-  if (!row) throw unauthorized('invalid or revoked token');
-  if (row.token.expiresAt && row.token.expiresAt.getTime() <= deps.clock.now().getTime()) {
-    throw unauthorized('token expired');
-  }
-  return {
-    kind: 'token',
-    tokenId: row.token.id,
-    orgId: row.token.orgId,
-    projectId: row.token.projectId,
-    role: row.token.role,
-    envId: row.token.envId,
-    envName: row.envName,
-    cellScopes: row.token.cellScopes,
-    expiresAt: row.token.expiresAt,
-  };
-}
 
 export async function listTokens(ctx: ServiceContext, ref: ProjectRef): Promise<z.infer<typeof ServiceToken>[]> {
   const { project } = await authorizeProject(ctx, ref, 'tokens:manage');

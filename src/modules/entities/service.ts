@@ -1,6 +1,27 @@
-import { entities } from '../../db/schema';
+import { and, asc, eq, gt, gte, inArray, like, sql, type SQL } from 'drizzle-orm';
+import { authorizeEnvironment } from '../../auth/access';
+import type { ServiceContext } from '../../context';
+import type { Queryable, Tx } from '../../db/client';
+import { entities, entityMetrics, entityUniqueKeys } from '../../db/schema';
+import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
-import type { Entity } from './schemas';
+import { decodeCursor, splitPage } from '../../http/pagination';
+import { recordEntityChange } from '../../stream/change-log';
+import { DEFAULT_SYNC_MAX_AGE_SECONDS } from '../catalog-items';
+import { assertEntityInScope, callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
+import { getEntityTypeDefinition, type EntityTypeDefinition } from '../entity-types/service';
+import { validateProperties } from '../properties';
+import {
+  MAX_BATCH_METRIC_NAMES,
+  type Entity,
+  type EntityCreate,
+  type EntityDriftStatus,
+  type EntityListQuery,
+  type EntityUpdate,
+  type MetricValue,
+  type SyncStampResult,
+} from './schemas';
+import type { z } from '@hono/zod-openapi';
 
 export type EntityRow = typeof entities.$inferSelect;
 
@@ -19,3 +40,514 @@ export const toEntity = (row: EntityRow): Entity => ({
   projectId: row.projectId,
   envId: row.envId,
 });
+
+/**
+ * Entities: the runtime instances of entity types, per environment.
+ *
+ * Invariants every write keeps:
+ * - one transaction writes the entity row, its unique keys and its change-log
+ *   row (src/stream/change-log.ts), so a failed write leaves neither an entity
+ *   nor a change behind, and the log never names a write that did not commit;
+ * - lock order is entity row(s) first, the environment's change counter last
+ *   (recordEntityChange), so writers of one environment cannot deadlock;
+ * - a cell-scoped token's writes are checked against its cells inside the
+ *   transaction, after the row is written, so a violation rolls everything back.
+ *
+ * Nothing here queries `ctx.db` while a transaction is open: on PGlite (one
+ * session) that would wait forever (ARCHITECTURE.md).
+ */
+
+type EnvRef = { org: string; project: string; env: string };
+
+/** How far ahead of the server's clock a reported sync time may be (clients' clocks drift). */
+export const MAX_CLOCK_SKEW_MS = 5 * 60 * 1000;
+
+// --- validation against the catalog ---------------------------------------
+
+function assertStateDeclared(type: EntityTypeDefinition, state: string): void {
+  if (!type.states.includes(state)) {
+    throw new ApiError('invalid_state', `state "${state}" is not one of entity type "${type.name}"'s states: ${type.states.join(', ')}`);
+  }
+}
+
+/** Once a type declares any transition, only listed direct changes are allowed; staying put is not a transition. */
+function assertTransition(type: EntityTypeDefinition, from: string, to: string): void {
+  if (from === to) return;
+  const transitions = type.constraints.filter((constraint) => constraint.kind === 'transition');
+  if (transitions.length === 0) return;
+  if (transitions.some((transition) => transition.from === from && transition.to.includes(to))) return;
+  throw new ApiError('transition_not_allowed', `entity type "${type.name}" does not allow the transition ${from} → ${to}`);
+}
+
+function validatedProperties(type: EntityTypeDefinition, values: Record<string, unknown>): Record<string, unknown> {
+  const result = validateProperties(type.properties, values, { fillDefaults: true });
+  if (!result.ok) {
+    throw new ApiError(
+      'validation_failed',
+      `properties do not match entity type "${type.name}": ${result.details.map((d) => `${d.path} ${d.message}`).join('; ')}`,
+      result.details,
+    );
+  }
+  return result.values;
+}
+
+function notInFuture(ctx: ServiceContext, value: string, path: string): Date {
+  const date = new Date(value);
+  if (date.getTime() > ctx.clock.now().getTime() + MAX_CLOCK_SKEW_MS) {
+    throw new ApiError('validation_failed', `${path} is in the future`, [
+      { path, message: `must not be more than ${MAX_CLOCK_SKEW_MS / 60_000} minutes ahead of the server's clock` },
+    ]);
+  }
+  return date;
+}
+
+// --- unique constraints ----------------------------------------------------
+
+/** JSON with object keys sorted, so equal values always produce the same key. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+/**
+ * One key per `unique` constraint of the type. An entity missing one of the
+ * constraint's properties has no key for it (as NULLs in a SQL unique index).
+ */
+function uniqueKeysOf(type: EntityTypeDefinition, properties: Record<string, unknown>) {
+  const keys = new Map<string, { constraintKey: string; valueKey: string; properties: string[] }>();
+  for (const constraint of type.constraints) {
+    if (constraint.kind !== 'unique') continue;
+    const values = constraint.properties.map((property) => properties[property]);
+    if (values.some((value) => value === undefined || value === null)) continue;
+    const constraintKey = constraint.properties.join(',');
+    keys.set(constraintKey, { constraintKey, valueKey: canonicalJson(values), properties: constraint.properties });
+  }
+  return [...keys.values()];
+}
+
+/**
+ * Claims the entity's unique keys. The primary key of entity_unique_keys is
+ * the arbiter: of two concurrent writers of one value, the second waits for
+ * the first to commit and then finds the key taken — no check-then-insert race.
+ */
+async function claimUniqueKeys(tx: Tx, type: EntityTypeDefinition, row: EntityRow): Promise<void> {
+  const keys = uniqueKeysOf(type, row.properties as Record<string, unknown>);
+  if (keys.length === 0) return;
+  const claimed = await tx
+    .insert(entityUniqueKeys)
+    .values(
+      keys.map((key) => ({
+        envId: row.envId,
+        entityTypeName: row.entityTypeName,
+        constraintKey: key.constraintKey,
+        valueKey: key.valueKey,
+        entityId: row.id,
+      })),
+    )
+    .onConflictDoNothing()
+    .returning({ constraintKey: entityUniqueKeys.constraintKey });
+  if (claimed.length === keys.length) return;
+  const taken = keys.filter((key) => !claimed.some((c) => c.constraintKey === key.constraintKey));
+  throw new ApiError(
+    'constraint_violation',
+    `another entity of type "${type.name}" in this environment has the same ${taken
+      .map((key) => `(${key.properties.join(', ')})`)
+      .join(' and ')}`,
+    taken.map((key) => ({ path: `properties.${key.properties.join(',')}`, message: 'must be unique in the environment' })),
+  );
+}
+
+// --- database errors ---------------------------------------------------------
+
+/** The Postgres error under a driver's wrapping (drizzle puts it in `cause`). */
+function databaseError(err: unknown): { code: string; constraint?: string } | undefined {
+  let current = err;
+  for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth++) {
+    const candidate = current as { code?: unknown; constraint?: unknown; cause?: unknown };
+    if (typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code)) {
+      return { code: candidate.code, constraint: typeof candidate.constraint === 'string' ? candidate.constraint : undefined };
+    }
+    current = candidate.cause;
+  }
+  return undefined;
+}
+
+const isViolationOf = (err: unknown, code: string, constraint: string) => {
+  const found = databaseError(err);
+  return found?.code === code && found.constraint === constraint;
+};
+
+// --- reads ---------------------------------------------------------------------
+
+/**
+ * The entity `name` of an environment for a write: 404 when it does not
+ * exist, 403 cell_scope_violation when it is outside the caller's cells.
+ * (Entity names are unique per environment and a create already answers 409
+ * for a taken name, so the 403 tells a scoped token nothing a create would not.)
+ */
+async function entityForWrite(
+  db: Queryable,
+  envId: string,
+  name: string,
+  scope: SQL | undefined,
+  options: { lock: boolean },
+): Promise<EntityRow> {
+  const query = db
+    .select({ row: entities, inScope: scope ? sql<boolean>`(${scope})` : sql<boolean>`true` })
+    .from(entities)
+    .where(and(eq(entities.envId, envId), eq(entities.name, name)))
+    .limit(1);
+  const [found] = options.lock ? await query.for('update') : await query;
+  if (!found) throw notFound(`entity "${name}"`);
+  if (!found.inScope) throw new ApiError('cell_scope_violation', `entity "${name}" is outside the token's cells`);
+  return found.row;
+}
+
+/** The entity `name` as the caller may see it: outside its cells is the same 404 as absent. */
+async function visibleEntity(db: Queryable, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
+  const [row] = await db
+    .select()
+    .from(entities)
+    .where(and(eq(entities.envId, envId), eq(entities.name, name), scope))
+    .limit(1);
+  if (!row) throw notFound(`entity "${name}"`);
+  return row;
+}
+
+export async function getEntity(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Entity> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const scope = await callerCellScope(ctx, project.id);
+  return toEntity(await visibleEntity(ctx.db, env.id, name, scope));
+}
+
+function parseLabelFilters(label: EntityListQuery['label']): SQL | undefined {
+  const filters = label === undefined ? [] : Array.isArray(label) ? label : [label];
+  if (filters.length === 0) return undefined;
+  const wanted: Record<string, string> = {};
+  let contradictory = false;
+  filters.forEach((filter, i) => {
+    const colon = filter.indexOf(':');
+    if (colon <= 0) {
+      throw new ApiError('validation_failed', `label filter "${filter}" is not key:value`, [
+        { path: `label.${i}`, message: 'must be key:value' },
+      ]);
+    }
+    const key = filter.slice(0, colon);
+    const value = filter.slice(colon + 1);
+    if (key in wanted && wanted[key] !== value) contradictory = true;
+    wanted[key] = value;
+  });
+  // one containment test, which the GIN index on labels answers
+  return contradictory ? sql`false` : sql`${entities.labels} @> ${JSON.stringify(wanted)}::jsonb`;
+}
+
+/** `%`, `_` and `\` match literally in the prefix. */
+const likePrefix = (prefix: string) => `${prefix.replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
+
+/**
+ * One page of an environment's entities in name order. Keyset pagination:
+ * the cursor is the last name seen and the query reads `name > cursor ORDER
+ * BY name LIMIT n+1` on the (env_id, name) index, so page 100 costs what page
+ * 1 costs. Every filter, the caller's cell scope included, is in the query.
+ */
+export async function listEntities(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  query: EntityListQuery,
+): Promise<{ page: Entity[]; next: string | null }> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  let after: string | undefined;
+  if (query.cursor !== undefined) {
+    const [last] = decodeCursor(query.cursor, 1);
+    if (typeof last !== 'string') {
+      throw new ApiError('validation_failed', 'cursor is not valid: pass the X-Next-Cursor value unchanged', [
+        { path: 'cursor', message: 'is not a cursor this endpoint issued' },
+      ]);
+    }
+    after = last;
+  }
+  const labels = parseLabelFilters(query.label);
+  const cell = query.cell === undefined ? undefined : cellMembershipCondition(await getCell(ctx.db, project.id, query.cell));
+  const scope = await callerCellScope(ctx, project.id);
+  const rows = await ctx.db
+    .select()
+    .from(entities)
+    .where(
+      and(
+        eq(entities.envId, env.id),
+        after === undefined ? undefined : gt(entities.name, after),
+        query.entityType === undefined ? undefined : eq(entities.entityTypeName, query.entityType),
+        query.state === undefined ? undefined : eq(entities.state, query.state),
+        labels,
+        // LIKE with a literal prefix: the planner turns it into an index range under C collation
+        query.namePrefix === undefined ? undefined : like(entities.name, likePrefix(query.namePrefix)),
+        query.syncSource === undefined ? undefined : eq(entities.syncSource, query.syncSource),
+        query.updatedSince === undefined ? undefined : gte(entities.updatedAt, new Date(query.updatedSince)),
+        cell,
+        scope,
+      ),
+    )
+    .orderBy(asc(entities.name))
+    .limit(query.limit + 1);
+  const { page, next } = splitPage(rows, query.limit, (row) => [row.name]);
+  return { page: page.map(toEntity), next };
+}
+
+// --- writes ------------------------------------------------------------------
+
+export async function createEntity(ctx: ServiceContext, ref: EnvRef, input: EntityCreate): Promise<Entity> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const type = await getEntityTypeDefinition(ctx.db, project.id, input.entityType);
+  const state = input.state ?? type.initialState;
+  assertStateDeclared(type, state);
+  const properties = validatedProperties(type, input.properties ?? {});
+  const lastSyncedAt = input.lastSyncedAt === undefined ? null : notInFuture(ctx, input.lastSyncedAt, 'lastSyncedAt');
+  const scope = await callerCellScope(ctx, project.id);
+  const now = ctx.clock.now();
+  try {
+    return await ctx.db.transaction(async (tx) => {
+      // the (env_id, name) unique index decides between concurrent creates of one name
+      const [row] = await tx
+        .insert(entities)
+        .values({
+          orgId: project.orgId,
+          projectId: project.id,
+          envId: env.id,
+          entityTypeName: type.name,
+          name: input.name,
+          state,
+          properties,
+          labels: input.labels ?? {},
+          lastSyncedAt,
+          syncSource: input.syncSource ?? null,
+          createdAt: now,
+          updatedAt: now,
+        })
+        .onConflictDoNothing({ target: [entities.envId, entities.name] })
+        .returning();
+      if (!row) throw new ApiError('already_exists', `entity "${input.name}" exists in environment "${env.name}"`);
+      await assertEntityInScope(tx, scope, row.id, row.name);
+      await claimUniqueKeys(tx, type, row);
+      const entity = toEntity(row);
+      await recordEntityChange(tx, env.id, { type: 'entity.created', entity });
+      return entity;
+    });
+  } catch (err) {
+    // the type was deleted between the lookup and the insert
+    if (isViolationOf(err, '23503', 'entities_entity_type_fk')) throw notFound(`entity type "${input.entityType}"`);
+    throw err;
+  }
+}
+
+/**
+ * Replaces what the body names: `properties` and `labels` wholesale (defaults
+ * filled again, as on create), `state` subject to the type's transitions,
+ * `name` renames. Every successful call is one `entity.updated`.
+ */
+export async function updateEntity(ctx: ServiceContext, ref: EnvRef, name: string, input: EntityUpdate): Promise<Entity> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const scope = await callerCellScope(ctx, project.id);
+  const now = ctx.clock.now();
+  return ctx.db.transaction(async (tx) => {
+    const current = await entityForWrite(tx, env.id, name, scope, { lock: true });
+    const type = await getEntityTypeDefinition(tx, project.id, current.entityTypeName);
+    const changes: Partial<typeof entities.$inferInsert> = { updatedAt: now };
+    if (input.state !== undefined) {
+      assertStateDeclared(type, input.state);
+      assertTransition(type, current.state, input.state);
+      changes.state = input.state;
+    }
+    if (input.properties !== undefined) changes.properties = validatedProperties(type, input.properties);
+    if (input.labels !== undefined) changes.labels = input.labels;
+    if (input.name !== undefined) changes.name = input.name;
+    let row: EntityRow;
+    try {
+      [row] = (await tx.update(entities).set(changes).where(eq(entities.id, current.id)).returning()) as [EntityRow];
+    } catch (err) {
+      if (isViolationOf(err, '23505', 'entities_env_name_unique')) {
+        throw new ApiError('already_exists', `entity "${input.name}" exists in environment "${env.name}"`);
+      }
+      throw err;
+    }
+    if (input.properties !== undefined) {
+      await tx.delete(entityUniqueKeys).where(eq(entityUniqueKeys.entityId, row.id));
+      await claimUniqueKeys(tx, type, row);
+    }
+    // a change of labels, state or properties may take the entity out of derived cells
+    await assertEntityInScope(tx, scope, row.id, row.name);
+    const entity = toEntity(row);
+    await recordEntityChange(tx, env.id, { type: 'entity.updated', entity });
+    return entity;
+  });
+}
+
+export async function deleteEntity(ctx: ServiceContext, ref: EnvRef, name: string): Promise<{ deleted: true; name: string }> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const scope = await callerCellScope(ctx, project.id);
+  await ctx.db.transaction(async (tx) => {
+    const row = await entityForWrite(tx, env.id, name, scope, { lock: true });
+    // metrics, unique keys, cell memberships and relationships go with it (foreign keys cascade)
+    await tx.delete(entities).where(eq(entities.id, row.id));
+    await recordEntityChange(tx, env.id, { type: 'entity.deleted', entity: toEntity(row) });
+  });
+  return { deleted: true, name };
+}
+
+// --- metrics -----------------------------------------------------------------
+
+/**
+ * Sets one metric value (upsert). Metric values are runtime readings, not
+ * entity changes: no change-log row, and the entity's updatedAt stays.
+ */
+export async function setEntityMetric(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  name: string,
+  metric: string,
+  value: number,
+): Promise<z.infer<typeof MetricValue>> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const scope = await callerCellScope(ctx, project.id);
+  const row = await entityForWrite(ctx.db, env.id, name, scope, { lock: false });
+  const type = await getEntityTypeDefinition(ctx.db, project.id, row.entityTypeName);
+  const definition = type.metrics.find((m) => m.name === metric);
+  if (!definition) {
+    const declared = type.metrics.map((m) => m.name);
+    throw new ApiError(
+      'unknown_metric',
+      `entity type "${type.name}" declares no metric "${metric}"${declared.length ? ` (declared: ${declared.join(', ')})` : ''}`,
+    );
+  }
+  const problems: ErrorDetail[] = [];
+  if (definition.min !== undefined && value < definition.min) problems.push({ path: 'value', message: `must be at least ${definition.min}` });
+  if (definition.max !== undefined && value > definition.max) problems.push({ path: 'value', message: `must be at most ${definition.max}` });
+  if (problems.length > 0) {
+    throw new ApiError('validation_failed', `metric "${metric}" ${problems.map((p) => p.message).join(' and ')}`, problems);
+  }
+  const now = ctx.clock.now();
+  try {
+    await ctx.db
+      .insert(entityMetrics)
+      .values({ entityId: row.id, name: metric, value, updatedAt: now })
+      .onConflictDoUpdate({ target: [entityMetrics.entityId, entityMetrics.name], set: { value, updatedAt: now } });
+  } catch (err) {
+    // the entity was deleted since it was read
+    if (databaseError(err)?.code === '23503') throw notFound(`entity "${name}"`);
+    throw err;
+  }
+  return { entityName: row.name, metric, value, updatedAt: timestamp(now) };
+}
+
+export async function getEntityMetrics(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Record<string, number>> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const scope = await callerCellScope(ctx, project.id);
+  const rows = await ctx.db
+    .select({ metric: entityMetrics.name, value: entityMetrics.value })
+    .from(entities)
+    .leftJoin(entityMetrics, eq(entityMetrics.entityId, entities.id))
+    .where(and(eq(entities.envId, env.id), eq(entities.name, name), scope))
+    .orderBy(asc(entityMetrics.name));
+  if (rows.length === 0) throw notFound(`entity "${name}"`);
+  const values: Record<string, number> = {};
+  for (const row of rows) if (row.metric !== null && row.value !== null) values[row.metric] = row.value;
+  return values;
+}
+
+const splitList = (list: string) => [...new Set(list.split(',').map((item) => item.trim()).filter((item) => item.length > 0))];
+
+/**
+ * Metric values of many entities in one query. Names that do not exist or
+ * are outside the caller's cells are left out; a visible entity without
+ * values maps to `{}`.
+ */
+export async function getBatchMetrics(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  query: { names: string; metrics?: string },
+): Promise<Record<string, Record<string, number>>> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const names = splitList(query.names);
+  if (names.length === 0) {
+    throw new ApiError('validation_failed', 'names must list at least one entity', [{ path: 'names', message: 'is empty' }]);
+  }
+  if (names.length > MAX_BATCH_METRIC_NAMES) {
+    throw new ApiError('validation_failed', `names lists ${names.length} entities; at most ${MAX_BATCH_METRIC_NAMES} per request`, [
+      { path: 'names', message: `must list at most ${MAX_BATCH_METRIC_NAMES} names` },
+    ]);
+  }
+  const metrics = query.metrics === undefined ? undefined : splitList(query.metrics);
+  const scope = await callerCellScope(ctx, project.id);
+  const rows = await ctx.db
+    .select({ entity: entities.name, metric: entityMetrics.name, value: entityMetrics.value })
+    .from(entities)
+    .leftJoin(
+      entityMetrics,
+      and(eq(entityMetrics.entityId, entities.id), metrics === undefined ? undefined : inArray(entityMetrics.name, metrics)),
+    )
+    .where(and(eq(entities.envId, env.id), inArray(entities.name, names), scope))
+    .orderBy(asc(entities.name), asc(entityMetrics.name));
+  const result: Record<string, Record<string, number>> = {};
+  for (const row of rows) {
+    const values = (result[row.entity] ??= {});
+    if (row.metric !== null && row.value !== null) values[row.metric] = row.value;
+  }
+  return result;
+}
+
+// --- sync tracking -------------------------------------------------------------
+
+/**
+ * Records that `source` saw the entity in sync at `observedAt` (default now).
+ * It never moves lastSyncedAt backwards: a stamp older than the recorded one
+ * (a retried or late delivery) changes nothing and answers the current values.
+ * A stamp that does apply is an entity update: updatedAt moves and one
+ * `entity.updated` change is logged.
+ */
+export async function stampEntitySync(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  name: string,
+  input: { source: string; observedAt?: string },
+): Promise<z.infer<typeof SyncStampResult>> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const now = ctx.clock.now();
+  const observedAt = input.observedAt === undefined ? now : notInFuture(ctx, input.observedAt, 'observedAt');
+  const scope = await callerCellScope(ctx, project.id);
+  const row = await ctx.db.transaction(async (tx) => {
+    const current = await entityForWrite(tx, env.id, name, scope, { lock: true });
+    if (current.lastSyncedAt && current.lastSyncedAt.getTime() > observedAt.getTime()) return current;
+    const [updated] = (await tx
+      .update(entities)
+      .set({ lastSyncedAt: observedAt, syncSource: input.source, updatedAt: now })
+      .where(eq(entities.id, current.id))
+      .returning()) as [EntityRow];
+    await recordEntityChange(tx, env.id, { type: 'entity.updated', entity: toEntity(updated) });
+    return updated;
+  });
+  return { name: row.name, lastSyncedAt: timestamp(row.lastSyncedAt!), syncSource: row.syncSource };
+}
+
+export async function getEntityDrift(ctx: ServiceContext, ref: EnvRef, name: string): Promise<z.infer<typeof EntityDriftStatus>> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const scope = await callerCellScope(ctx, project.id);
+  const row = await visibleEntity(ctx.db, env.id, name, scope);
+  const type = await getEntityTypeDefinition(ctx.db, project.id, row.entityTypeName);
+  const base = { name: row.name, lastSyncedAt: optionalTimestamp(row.lastSyncedAt), syncSource: row.syncSource };
+  if (!type.syncTracked) {
+    return { ...base, driftStatus: 'untracked', message: `entity type "${type.name}" is not sync-tracked` };
+  }
+  const maxAgeSeconds = type.syncFreshness?.maxAgeSeconds ?? DEFAULT_SYNC_MAX_AGE_SECONDS;
+  if (!row.lastSyncedAt) {
+    return { ...base, driftStatus: 'never-synced', message: `no sync recorded yet; expected at least every ${maxAgeSeconds} s` };
+  }
+  const ageMs = ctx.clock.now().getTime() - row.lastSyncedAt.getTime();
+  const ageSeconds = Math.max(0, Math.floor(ageMs / 1000));
+  const by = row.syncSource === null ? '' : ` by "${row.syncSource}"`;
+  return ageMs <= maxAgeSeconds * 1000
+    ? { ...base, driftStatus: 'in-sync', message: `last synced ${ageSeconds} s ago${by}, within the ${maxAgeSeconds} s freshness window` }
+    : { ...base, driftStatus: 'stale', message: `last synced ${ageSeconds} s ago${by}, beyond the ${maxAgeSeconds} s freshness window` };
+}

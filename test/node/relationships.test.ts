@@ -525,10 +525,10 @@ describe(`relationships (${usingPostgres() ? 'Postgres' : 'PGlite'})`, () => {
       const b = await entity(to);
       const made = await created({ relationshipType: type, from: a.name, to: b.name });
       const other = await created({ relationshipType: type, from: (await entity(from)).name, to: b.name });
-      await api.db.delete(entities).where(eq(entities.id, a.id));
+      expect((await api.call('DELETE', `${env}/entities/${a.name}`, { token: owner })).status).toBe(200);
       expectError(await api.call('GET', `${env}/relationships/${made.id}`, { token: owner }), 404, 'not_found');
       expect((await api.call('GET', `${env}/relationships/${other.id}`, { token: owner })).status).toBe(200);
-      await api.db.delete(entities).where(eq(entities.id, b.id));
+      expect((await api.call('DELETE', `${env}/entities/${b.name}`, { token: owner })).status).toBe(200);
       expectError(await api.call('GET', `${env}/relationships/${other.id}`, { token: owner }), 404, 'not_found');
     });
   });

@@ -3,10 +3,11 @@
  * fresh database; `npm run bench -- entities` runs only the ones named.
  * See bench/README.md for what each measures and the variables it reads.
  */
+import { entities } from './entities';
 import { foundation } from './foundation';
 import { openBench, type Benchmark } from './harness';
 
-const benchmarks: Benchmark[] = [foundation];
+const benchmarks: Benchmark[] = [foundation, entities];
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);

@@ -1,0 +1,245 @@
+/**
+ * The entities request path, with the issue's targets:
+ *
+ * - entity GET vs (raw primary-key select + bare Hono): <= 1.3x
+ * - entity create vs (raw insert + bare Hono): <= 1.5x
+ * - list, deepest page vs first page at 100,000 entities in one environment: <= 1.2x
+ *
+ * Each project works in its `default` environment: one for reads, one for
+ * writes (so the creates never grow the environments being read), and one
+ * holding the 100,000 listed entities.
+ */
+import { entityTypes } from '../src/db/schema';
+import type { PropertyDefinition } from '../src/modules/properties';
+import {
+  bearer,
+  createBenchTenant,
+  expectStatus,
+  formatRatio,
+  formatTarget,
+  json,
+  measureCases,
+  perQueryFloor,
+  printHeader,
+  printStatements,
+  printTable,
+  ratio,
+  type BenchContext,
+  type BenchProject,
+  type Benchmark,
+  type Case,
+} from './harness';
+
+const ENTITY_TYPE = 'service';
+/** Three string properties and no constraints, as the issue's create target states. */
+const entityType = {
+  name: ENTITY_TYPE,
+  states: ['active', 'retired'],
+  initialState: 'active',
+  properties: [
+    { name: 'owner', type: 'string' },
+    { name: 'region', type: 'string' },
+    { name: 'tier', type: 'string' },
+  ] satisfies PropertyDefinition[],
+};
+const properties = { owner: 'team-payments', region: 'eu-west-1', tier: 'gold' };
+
+const LISTED = 100_000;
+const PAGE = 100;
+/** The list's largest page (DECISIONS §3), used to walk to the deepest page quickly. */
+const WALK = 1000;
+/** Zero-padded, so name order (the list's order) is numeric order. */
+const listedName = (n: number) => `entity-${String(n).padStart(6, '0')}`;
+
+async function defaultEnvironmentId({ raw }: BenchContext, project: BenchProject): Promise<string> {
+  const { rows } = await raw(`select id from environments where project_id = $1 and name = 'default'`, [project.id]);
+  const row = rows[0] as { id: string } | undefined;
+  if (!row) throw new Error(`project ${project.slug} has no default environment`);
+  return row.id;
+}
+
+export const entities: Benchmark = {
+  name: 'entities',
+  async run(context) {
+    const { app, database, raw, bare } = context;
+    const { org, projects } = await createBenchTenant(context, 'bench', ['reads', 'writes', 'listed']);
+    const reads = projects.reads!;
+    const writes = projects.writes!;
+    const listed = projects.listed!;
+    // the type rows are inserted as test/node/entities.test.ts does: this measures the
+    // entities module, and the entity-types API is another module's
+    await database.db
+      .insert(entityTypes)
+      .values([reads, writes, listed].map((project) => ({ orgId: org.id, projectId: project.id, ...entityType })));
+    const entitiesPath = (project: BenchProject) => `/${org.slug}/${project.slug}/envs/default/entities`;
+    const [readsEnv, writesEnv, listedEnv] = await Promise.all([reads, writes, listed].map((p) => defaultEnvironmentId(context, p)));
+
+    // the entity every GET reads, created through the API like any other
+    const read = (await expectStatus(
+      app.request(entitiesPath(reads), json('POST', { kind: 'Entity', entityType: ENTITY_TYPE, name: 'checkout', properties }, reads.token)),
+      201,
+      'create read entity',
+    )) as { id: string; name: string };
+    const readAuth = bearer(reads.token);
+    const listAuth = bearer(listed.token);
+
+    // 100,000 entities in one statement; the API would take minutes, and the list reads rows, not how they got there
+    const seedStart = performance.now();
+    await raw(
+      `insert into entities (org_id, project_id, env_id, entity_type_name, name, state)
+       select $1, $2, $3, $4, 'entity-' || lpad(n::text, 6, '0'), 'active' from generate_series(1, ${LISTED}) as n`,
+      [org.id, listed.id, listedEnv, ENTITY_TYPE],
+    );
+    // fresh statistics, as autovacuum would give a server some time after such a load (PGlite has none)
+    await raw('analyze entities', []);
+    const seedMs = performance.now() - seedStart;
+
+    // The deepest page is requested with the cursor the second-to-last page
+    // announced. The cursor is opaque, so it is found by walking the list once,
+    // untimed: in pages of WALK up to the last WALK rows, then in pages of PAGE
+    // (a keyset cursor marks a row, whatever the page size that reached it).
+    const walkStart = performance.now();
+    let deepestCursor: string | null = null;
+    let walked = 0;
+    let requests = 0;
+    for (let cursor: string | null = null; ; ) {
+      const limit = walked < LISTED - WALK ? WALK : PAGE;
+      const res = await app.request(`${entitiesPath(listed)}?limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, listAuth);
+      const body = (await expectStatus(res, 200, 'walk list')) as { name: string }[];
+      requests++;
+      walked += body.length;
+      if (body.at(-1)?.name !== listedName(walked)) throw new Error(`walking the list: expected ${listedName(walked)} to end a page, got ${body.at(-1)?.name}`);
+      const next = res.headers.get('x-next-cursor');
+      if (!next) break;
+      deepestCursor = next;
+      cursor = next;
+    }
+    if (walked !== LISTED || !deepestCursor) throw new Error(`walked ${walked} entities, expected ${LISTED}`);
+    const walkMs = performance.now() - walkStart;
+    const firstPageUrl = `${entitiesPath(listed)}?limit=${PAGE}`;
+    const deepestPageUrl = `${entitiesPath(listed)}?limit=${PAGE}&cursor=${encodeURIComponent(deepestCursor)}`;
+    const secondToLastPageEnd = listedName(LISTED - PAGE);
+    for (const [url, first, last] of [
+      [firstPageUrl, listedName(1), listedName(PAGE)],
+      [deepestPageUrl, listedName(LISTED - PAGE + 1), listedName(LISTED)],
+    ] as const) {
+      const page = (await expectStatus(app.request(url, listAuth), 200, 'check page')) as { name: string }[];
+      if (page.length !== PAGE || page[0]?.name !== first || page.at(-1)?.name !== last) {
+        throw new Error(`${url}: expected ${first}..${last}, got ${page.length} rows, ${page[0]?.name}..${page.at(-1)?.name}`);
+      }
+    }
+
+    const baselines: Case[] = [
+      {
+        name: 'bare-hono',
+        queries: 0,
+        call: async () => {
+          await expectStatus(bare.request('/hello'), 200, 'bare-hono');
+        },
+      },
+      {
+        name: 'raw-select-pk',
+        queries: 1,
+        call: async () => {
+          await raw('select * from entities where id = $1', [read.id]);
+        },
+      },
+      {
+        name: 'raw-insert',
+        queries: 1,
+        call: async (i) => {
+          await raw(
+            `insert into entities (org_id, project_id, env_id, entity_type_name, name, state, properties)
+             values ($1, $2, $3, $4, $5, $6, $7) returning *`,
+            [org.id, writes.id, writesEnv, ENTITY_TYPE, `raw-${i}`, 'active', JSON.stringify(properties)],
+          );
+        },
+      },
+      {
+        name: 'raw-list-first',
+        queries: 1,
+        call: async () => {
+          await raw('select * from entities where env_id = $1 order by name limit 101', [listedEnv]);
+        },
+      },
+      {
+        // not a floor of any target: the keyset query at depth, to tell the database's share of a deep page from the app's
+        name: 'raw-list-deepest',
+        queries: 1,
+        call: async () => {
+          await raw('select * from entities where env_id = $1 and name > $2 order by name limit 101', [listedEnv, secondToLastPageEnd]);
+        },
+      },
+    ];
+    const routes: Case[] = [
+      {
+        name: 'GET entity',
+        call: async () => {
+          await expectStatus(app.request(`${entitiesPath(reads)}/${read.name}`, readAuth), 200, 'GET entity');
+        },
+      },
+      {
+        name: 'POST entity',
+        call: async (i) => {
+          const name = i < 0 ? 'api-probe' : `api-${i}`;
+          await expectStatus(
+            app.request(entitiesPath(writes), json('POST', { kind: 'Entity', entityType: ENTITY_TYPE, name, properties }, writes.token)),
+            201,
+            'POST entity',
+          );
+        },
+      },
+      {
+        name: 'GET list first page',
+        call: async () => {
+          await expectStatus(app.request(firstPageUrl, listAuth), 200, 'GET list first page');
+        },
+      },
+      {
+        name: 'GET list deepest page',
+        call: async () => {
+          await expectStatus(app.request(deepestPageUrl, listAuth), 200, 'GET list deepest page');
+        },
+      },
+    ];
+
+    const results = await measureCases(context, [...baselines, ...routes]);
+    const entityRows = (await raw('select count(*)::int as n from entities', [])).rows[0] as { n: number };
+
+    printHeader('Cellplane request-path benchmark: entities', context, [
+      `listed:     ${LISTED} entities in one environment (seeded in ${(seedMs / 1000).toFixed(1)} s), pages of ${PAGE}; the deepest page is page ${LISTED / PAGE}, its cursor found by walking the list once (${requests} requests, ${(walkMs / 1000).toFixed(1)} s, untimed)`,
+      `table:      ${entityRows.n} entities in all at the end of the run`,
+    ]);
+    printTable(results);
+
+    const get = ratio(results, 'GET entity', ['raw-select-pk', 'bare-hono']);
+    const create = ratio(results, 'POST entity', ['raw-insert', 'bare-hono']);
+    const depth = ratio(results, 'GET list deepest page', ['GET list first page']);
+    console.log('\nRatios (route / baselines of this run):');
+    console.log(`  entity GET    vs (raw-select-pk + bare-hono): ${formatRatio(get)}; ${formatTarget(get, 1.3)}`);
+    console.log(`  entity create vs (raw-insert + bare-hono):    ${formatRatio(create)}; ${formatTarget(create, 1.5)}`);
+    console.log(`  list deepest page vs first page:              ${formatRatio(depth)}; ${formatTarget(depth, 1.2)}`);
+    console.log(`  list first page vs raw-list-first:            ${formatRatio(ratio(results, 'GET list first page', ['raw-list-first']))} (informational)`);
+    console.log(`  raw-list-deepest vs raw-list-first:           ${formatRatio(ratio(results, 'raw-list-deepest', ['raw-list-first']))} (informational)`);
+
+    console.log('\nPer-query floor (bare-hono + a raw round trip per statement the route sends; a write counts one raw-insert):');
+    for (const [name, read, write] of [
+      ['GET entity', 'raw-select-pk', undefined],
+      ['POST entity', 'raw-select-pk', 'raw-insert'],
+    ] as const) {
+      const count = results.get(name)!.statements.length;
+      console.log(`  ${name.padEnd(12)} ${count} statements: ${formatRatio(ratio(results, name, perQueryFloor(results, name, read, write)))}`);
+    }
+    for (const [name, page] of [
+      ['GET list first page', 'raw-list-first'],
+      ['GET list deepest page', 'raw-list-deepest'],
+    ] as const) {
+      const count = results.get(name)!.statements.length;
+      // the page query is paid at its raw twin, every other statement at raw-select-pk
+      const floor = ['bare-hono', page, ...Array<string>(Math.max(0, count - 1)).fill('raw-select-pk')];
+      console.log(`  ${name.padEnd(21)} ${count} statements: ${formatRatio(ratio(results, name, floor))} (page query at ${page})`);
+    }
+
+    printStatements(results);
+  },
+};

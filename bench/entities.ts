@@ -9,7 +9,6 @@
  * writes (so the creates never grow the environments being read), and one
  * holding the 100,000 listed entities.
  */
-import { entityTypes } from '../src/db/schema';
 import type { PropertyDefinition } from '../src/modules/properties';
 import {
   bearer,
@@ -33,6 +32,7 @@ import {
 const ENTITY_TYPE = 'service';
 /** Three string properties and no constraints, as the issue's create target states. */
 const entityType = {
+  kind: 'EntityType',
   name: ENTITY_TYPE,
   states: ['active', 'retired'],
   initialState: 'active',
@@ -61,16 +61,18 @@ async function defaultEnvironmentId({ raw }: BenchContext, project: BenchProject
 export const entities: Benchmark = {
   name: 'entities',
   async run(context) {
-    const { app, database, raw, bare } = context;
+    const { app, raw, bare } = context;
     const { org, projects } = await createBenchTenant(context, 'bench', ['reads', 'writes', 'listed']);
     const reads = projects.reads!;
     const writes = projects.writes!;
     const listed = projects.listed!;
-    // the type rows are inserted as test/node/entities.test.ts does: this measures the
-    // entities module, and the entity-types API is another module's
-    await database.db
-      .insert(entityTypes)
-      .values([reads, writes, listed].map((project) => ({ orgId: org.id, projectId: project.id, ...entityType })));
+    for (const project of [reads, writes, listed]) {
+      await expectStatus(
+        app.request(`/${org.slug}/${project.slug}/entity-types`, json('POST', entityType, project.token)),
+        201,
+        'create entity type',
+      );
+    }
     const entitiesPath = (project: BenchProject) => `/${org.slug}/${project.slug}/envs/default/entities`;
     const [readsEnv, writesEnv, listedEnv] = await Promise.all([reads, writes, listed].map((p) => defaultEnvironmentId(context, p)));
 

@@ -1,6 +1,6 @@
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cellMembers, cells, entities, entityTypes, environments, relationships, relationshipTypes } from '../../src/db/schema';
+import { cellMembers, cells, entities, entityTypes, environments, relationships } from '../../src/db/schema';
 import type { Cardinality } from '../../src/modules/catalog-items';
 import type { PropertyDefinition } from '../../src/modules/properties';
 import { createTestApi, type ApiResponse, type TestApi } from '../support/node-app';
@@ -30,7 +30,7 @@ describe(`relationships (${usingPostgres() ? 'Postgres' : 'PGlite'})`, () => {
   let env: string;
   const envIds: Record<string, string> = {};
 
-  // factories: the catalog and entity APIs are other modules; rows are inserted as they would store them
+  // factories: entity types and entities are inserted as their modules store them; relationship types go through their API
   let n = 0;
   const fresh = (base: string) => `${base}-${(++n).toString(36)}`;
 
@@ -45,29 +45,31 @@ describe(`relationships (${usingPostgres() ? 'Postgres' : 'PGlite'})`, () => {
     return name;
   }
 
-  async function relationshipType(
-    options: {
-      name?: string;
-      from: string;
-      to: string;
-      cardinality?: Cardinality;
-      states?: string[];
-      properties?: PropertyDefinition[];
-      constraints?: unknown[];
-    },
-  ): Promise<string> {
+  /** Through the relationship-types API, so the definitions are what that module accepts and stores. */
+  async function relationshipType(options: {
+    name?: string;
+    from: string;
+    to: string;
+    cardinality?: Cardinality;
+    states?: string[];
+    properties?: PropertyDefinition[];
+    constraints?: Record<string, unknown>[];
+  }): Promise<string> {
     const name = options.name ?? fresh('rel');
-    await api.db.insert(relationshipTypes).values({
-      orgId: tenant.org.id,
-      projectId: tenant.project.id,
-      name,
-      fromEntityTypeName: options.from,
-      toEntityTypeName: options.to,
-      cardinality: options.cardinality ?? 'many-to-many',
-      states: options.states ?? ['planned', 'live', 'retired'],
-      properties: options.properties ?? [],
-      constraints: options.constraints ?? [],
+    const response = await api.call('POST', `/${tenant.org.slug}/${tenant.project.slug}/relationship-types`, {
+      token: owner,
+      body: {
+        kind: 'RelationshipType',
+        name,
+        from: options.from,
+        to: options.to,
+        cardinality: options.cardinality ?? 'many-to-many',
+        states: options.states ?? ['planned', 'live', 'retired'],
+        properties: options.properties ?? [],
+        constraints: options.constraints ?? [],
+      },
     });
+    expect(response.status, JSON.stringify(response.body)).toBe(201);
     return name;
   }
 

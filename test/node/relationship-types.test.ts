@@ -272,6 +272,24 @@ describe('relationship types', () => {
     });
   });
 
+  it('racing an entity type delete, never leaves a relationship type pointing at nothing', async () => {
+    const entityTypes = `/${tenant.org.slug}/${tenant.project.slug}/entity-types`;
+    for (let i = 0; i < 8; i += 1) {
+      const end = freshName('contested');
+      await api.call('POST', entityTypes, { token: admin, body: { kind: 'EntityType', name: end, states: ['up'], initialState: 'up' } });
+      const [created, deleted] = await Promise.all([
+        create(freshName('racer'), { from: end, to: end }),
+        api.call('DELETE', `${entityTypes}/${end}`, { token: admin }),
+      ]);
+      // exactly one wins, and the loser says why
+      if (created.status === 201) expectError(deleted, 409, 'still_referenced');
+      else {
+        expectError(created, 400, 'invalid_reference');
+        expect(deleted.status).toBe(200);
+      }
+    }
+  });
+
   it('documents every route in /openapi.json', async () => {
     const document = (await api.call('GET', '/openapi.json')).body;
     expect(Object.keys(document.paths['/{o}/{p}/relationship-types']).sort()).toEqual(['get', 'post']);

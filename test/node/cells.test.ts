@@ -245,6 +245,36 @@ describe('cells', () => {
       expect((await call('GET', '/cells/cy-a')).body.parentCells).toEqual([]);
     });
 
+    it('lets only one of two concurrent PUTs that would close a cycle commit', async () => {
+      for (let round = 0; round < 5; round++) {
+        const [a, b] = [unique('race-a'), unique('race-b')];
+        await createCell(a);
+        await createCell(b);
+        const answers = await Promise.all([
+          call('PUT', `/cells/${a}`, cellBody(a, { parentCells: [b] })),
+          call('PUT', `/cells/${b}`, cellBody(b, { parentCells: [a] })),
+        ]);
+        expect(answers.map((r) => r.status).sort()).toEqual([200, 400]);
+        expect(answers.find((r) => r.status === 400)!.body.code).toBe('invalid_reference');
+      }
+    });
+
+    it('never lets a child be created under a parent deleted at the same time', async () => {
+      for (let round = 0; round < 5; round++) {
+        const [parent, child] = [unique('race-parent'), unique('race-child')];
+        await createCell(parent);
+        const [created, deleted] = await Promise.all([
+          call('POST', '/cells', cellBody(child, { parentCells: [parent] })),
+          call('DELETE', `/cells/${parent}`),
+        ]);
+        // either the child came first (delete refused) or the delete did (parent missing)
+        expect([
+          [201, 409],
+          [404, 200],
+        ]).toContainEqual([created.status, deleted.status]);
+      }
+    });
+
     it('keeps explicit members across a replace, and drops them when the cell turns derived', async () => {
       await make.entity('keep-1', 'vm');
       await createCell('keeper');

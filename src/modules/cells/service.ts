@@ -55,10 +55,15 @@ async function referencedOr400<T>(lookup: Promise<T>, message: string): Promise<
   }
 }
 
-/** The row values a cell request defines, with every catalog reference checked (under the graph lock). */
+/**
+ * The row values a cell request defines, with every catalog reference checked
+ * (under the graph lock). The entity and relationship types are share-locked
+ * until commit, so a concurrent delete of a type either waits and then sees
+ * this cell, or commits first and this check sees it gone.
+ */
 async function resolveDefinition(tx: Tx, project: ProjectRow, input: CellRequest) {
   const entityType: EntityTypeDefinition = await referencedOr400(
-    getEntityTypeDefinition(tx, project.id, input.entityType),
+    getEntityTypeDefinition(tx, project.id, input.entityType, { lock: 'share' }),
     `entity type "${input.entityType}" does not exist`,
   );
   const membership = input.membership ?? { mode: 'explicit' as const };
@@ -96,7 +101,7 @@ async function checkDerivedFrom(tx: Tx, project: ProjectRow, entityType: EntityT
   }
   const { type, direction = 'outgoing' } = derivedFrom.relationship;
   const relationshipType: RelationshipTypeDefinition = await referencedOr400(
-    getRelationshipTypeDefinition(tx, project.id, type),
+    getRelationshipTypeDefinition(tx, project.id, type, { lock: 'share' }),
     `derivedFrom.relationship.type: relationship type "${type}" does not exist`,
   );
   // outgoing: members are the relationships' targets; incoming: their sources

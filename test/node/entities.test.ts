@@ -1,4 +1,4 @@
-import { and, asc, eq } from 'drizzle-orm';
+import { and, asc, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cellMembers, cells, entities, entityChanges, entityMetrics, entityTypes, environments } from '../../src/db/schema';
 import { createTestApi, manualClock, type TestApi } from '../support/node-app';
@@ -460,6 +460,15 @@ describe('entities', () => {
       expect(names(await list('?namePrefix=web_'))).toEqual(['web_1']);
       expect(names(await list('?namePrefix=web'))).toEqual(['web-1', 'web_1', 'webx1']);
       expect(names(await list('?namePrefix=e%25'))).toEqual([]);
+    });
+
+    it('relies on a database that sorts names by code point (the namePrefix index range)', async () => {
+      const sample = ['web1', 'web-1', 'Web', 'web_1', 'web.1', 'WEB:2', 'a/b', 'a-b', 'ab', '0x'];
+      // both drivers (PGlite, node-postgres) answer { rows }
+      const { rows } = (await api.db.execute(
+        sql`select array_agg(x order by x) as sorted from unnest(${sql.raw(`array[${sample.map((s) => `'${s}'`).join(',')}]`)}::text[]) x`,
+      )) as unknown as { rows: { sorted: string[] }[] };
+      expect(rows[0]!.sorted).toEqual([...sample].sort());
     });
 
     it('pages through a filtered list', async () => {

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt, gte, inArray, like, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, gt, gte, inArray, like, lt, sql, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable, Tx } from '../../db/client';
@@ -245,8 +245,19 @@ function parseLabelFilters(label: EntityListQuery['label']): SQL | undefined {
   return contradictory ? sql`false` : sql`${entities.labels} @> ${JSON.stringify(wanted)}::jsonb`;
 }
 
-/** `%`, `_` and `\` match literally in the prefix. */
-const likePrefix = (prefix: string) => `${prefix.replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
+/**
+ * Names starting with `prefix`, as an index range on (env_id, name). Postgres
+ * only derives a range from LIKE under the "C" collation, not C.UTF-8, so
+ * the bounds are spelled out: entity names are ASCII (DECISIONS §1), which
+ * under a code-point collation (C, POSIX, C.UTF-8; PGlite is C) all sort
+ * below `prefix + U+007F`. The LIKE (wildcards escaped) keeps the answer
+ * exact; test/node/entities.test.ts checks that the database sorts names by
+ * code point (a linguistic collation would make the range miss names).
+ */
+function namePrefixCondition(prefix: string): SQL {
+  const pattern = `${prefix.replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
+  return and(gte(entities.name, prefix), lt(entities.name, `${prefix}\u007f`), like(entities.name, pattern))!;
+}
 
 /**
  * One page of an environment's entities in name order. Keyset pagination:
@@ -283,8 +294,7 @@ export async function listEntities(
         query.entityType === undefined ? undefined : eq(entities.entityTypeName, query.entityType),
         query.state === undefined ? undefined : eq(entities.state, query.state),
         labels,
-        // LIKE with a literal prefix: the planner turns it into an index range under C collation
-        query.namePrefix === undefined ? undefined : like(entities.name, likePrefix(query.namePrefix)),
+        query.namePrefix === undefined ? undefined : namePrefixCondition(query.namePrefix),
         query.syncSource === undefined ? undefined : eq(entities.syncSource, query.syncSource),
         query.updatedSince === undefined ? undefined : gte(entities.updatedAt, new Date(query.updatedSince)),
         cell,

@@ -288,6 +288,23 @@ describe('cells', () => {
       expect(await memberNames('keeper')).toEqual([]);
     });
 
+    it('leaves no explicit member behind when a member add races the turn to derived', async () => {
+      const derived = { mode: 'derived', derivedFrom: { selector: { labels: { nobody: 'x' } } } };
+      for (let round = 0; round < 10; round++) {
+        const cell = unique('turning');
+        const vm = await make.entity(unique('turning-vm'), 'vm');
+        await createCell(cell);
+        const [added, replaced] = await Promise.all([
+          addMember(cell, vm.name),
+          call('PUT', `/cells/${cell}`, cellBody(cell, { membership: derived })),
+        ]);
+        expect(replaced.status).toBe(200);
+        expect([201, 409]).toContain(added.status);
+        const [row] = await api.db.select().from(cells).where(eq(cells.name, cell));
+        expect(await api.db.select().from(cellMembers).where(eq(cellMembers.cellId, row!.id))).toEqual([]);
+      }
+    });
+
     it('keeps the round-robin counter', async () => {
       await createCell('counted', { placementPolicy: 'round-robin' });
       await api.db.update(cells).set({ placementCounter: 7 }).where(eq(cells.name, 'counted'));

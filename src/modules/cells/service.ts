@@ -184,7 +184,13 @@ export async function replaceCell(ctx: ServiceContext, ref: ProjectRef, name: st
   }
   return ctx.db.transaction(async (tx) => {
     await lockCellGraph(tx, project.id);
-    const existing = await getCell(tx, project.id, name);
+    // locked before the member rows are dropped: a member add in flight holds the row FOR SHARE
+    const [existing] = await tx
+      .select()
+      .from(cells)
+      .where(and(eq(cells.projectId, project.id), eq(cells.name, name)))
+      .for('update');
+    if (!existing) throw notFound(`cell "${name}"`);
     const definition = await resolveDefinition(tx, project, input);
     if (definition.membershipMode === 'derived' || definition.entityTypeName !== existing.entityTypeName) {
       await tx.delete(cellMembers).where(eq(cellMembers.cellId, existing.id));

@@ -116,6 +116,25 @@ describe('entities under concurrent writes', () => {
     expect(counter!.seq).toBe(40);
   });
 
+  it('racing a type update that removes a state: the entity is refused, or the type update is', async () => {
+    const env = await newEnv();
+    const typesPath = `/${tenant.org.slug}/${tenant.project.slug}/entity-types`;
+    for (let round = 0; round < 5; round++) {
+      const type = fresh('shifty');
+      const definition = { kind: 'EntityType', name: type, states: ['a', 'b'], initialState: 'a' };
+      expect((await api.call('POST', typesPath, { token: owner, body: definition })).status).toBe(201);
+      const [entity, typeUpdate] = await Promise.all([
+        create(env.name, { entityType: type, name: fresh('e'), state: 'b' }),
+        api.call('PUT', `${typesPath}/${type}`, { token: owner, body: { ...definition, states: ['a'] } }),
+      ]);
+      const outcome = [entity.status, typeUpdate.status];
+      // never both: an entity in a state its type no longer declares
+      expect([[201, 409], [400, 200]], JSON.stringify([entity.body, typeUpdate.body])).toContainEqual(outcome);
+      if (entity.status === 400) expect(entity.body.code).toBe('invalid_state');
+      else expect(typeUpdate.body.code).toBe('still_referenced');
+    }
+  });
+
   it('a delete racing updates of the same entity: each request either applies and is logged, or is 404', async () => {
     const env = await newEnv();
     expect((await create(env.name, { name: 'victim' })).status).toBe(201);

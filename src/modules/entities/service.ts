@@ -48,7 +48,9 @@ export const toEntity = (row: EntityRow): Entity => ({
  * - one transaction writes the entity row, its unique keys and its change-log
  *   row (src/stream/change-log.ts), so a failed write leaves neither an entity
  *   nor a change behind, and the log never names a write that did not commit;
- * - lock order is entity row(s) first, the environment's change counter last
+ * - lock order is the entity row, then its type's row (FOR SHARE, so a type
+ *   update or delete, which takes it FOR UPDATE, waits for the write or is
+ *   seen by it), then the environment's change counter last
  *   (recordEntityChange), so writers of one environment cannot deadlock;
  * - a cell-scoped token's writes are checked against its cells inside the
  *   transaction, after the row is written, so a violation rolls everything back.
@@ -311,46 +313,41 @@ export async function listEntities(
 
 export async function createEntity(ctx: ServiceContext, ref: EnvRef, input: EntityCreate): Promise<Entity> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
-  const type = await getEntityTypeDefinition(ctx.db, project.id, input.entityType);
-  const state = input.state ?? type.initialState;
-  assertStateDeclared(type, state);
-  const properties = validatedProperties(type, input.properties ?? {});
   const lastSyncedAt = input.lastSyncedAt === undefined ? null : notInFuture(ctx, input.lastSyncedAt, 'lastSyncedAt');
   const scope = await callerCellScope(ctx, project.id);
   const now = ctx.clock.now();
-  try {
-    return await ctx.db.transaction(async (tx) => {
-      // the (env_id, name) unique index decides between concurrent creates of one name
-      const [row] = await tx
-        .insert(entities)
-        .values({
-          orgId: project.orgId,
-          projectId: project.id,
-          envId: env.id,
-          entityTypeName: type.name,
-          name: input.name,
-          state,
-          properties,
-          labels: input.labels ?? {},
-          lastSyncedAt,
-          syncSource: input.syncSource ?? null,
-          createdAt: now,
-          updatedAt: now,
-        })
-        .onConflictDoNothing({ target: [entities.envId, entities.name] })
-        .returning();
-      if (!row) throw new ApiError('already_exists', `entity "${input.name}" exists in environment "${env.name}"`);
-      await assertEntityInScope(tx, scope, row.id, row.name);
-      await claimUniqueKeys(tx, type, row);
-      const entity = toEntity(row);
-      await recordEntityChange(tx, env.id, { type: 'entity.created', entity });
-      return entity;
-    });
-  } catch (err) {
-    // the type was deleted between the lookup and the insert
-    if (isViolationOf(err, '23503', 'entities_entity_type_fk')) throw notFound(`entity type "${input.entityType}"`);
-    throw err;
-  }
+  return ctx.db.transaction(async (tx) => {
+    // share-locked until commit: a PUT or DELETE of the type waits, so its checks never miss this entity
+    const type = await getEntityTypeDefinition(tx, project.id, input.entityType, { lock: 'share' });
+    const state = input.state ?? type.initialState;
+    assertStateDeclared(type, state);
+    const properties = validatedProperties(type, input.properties ?? {});
+    // the (env_id, name) unique index decides between concurrent creates of one name
+    const [row] = await tx
+      .insert(entities)
+      .values({
+        orgId: project.orgId,
+        projectId: project.id,
+        envId: env.id,
+        entityTypeName: type.name,
+        name: input.name,
+        state,
+        properties,
+        labels: input.labels ?? {},
+        lastSyncedAt,
+        syncSource: input.syncSource ?? null,
+        createdAt: now,
+        updatedAt: now,
+      })
+      .onConflictDoNothing({ target: [entities.envId, entities.name] })
+      .returning();
+    if (!row) throw new ApiError('already_exists', `entity "${input.name}" exists in environment "${env.name}"`);
+    await assertEntityInScope(tx, scope, row.id, row.name);
+    await claimUniqueKeys(tx, type, row);
+    const entity = toEntity(row);
+    await recordEntityChange(tx, env.id, { type: 'entity.created', entity });
+    return entity;
+  });
 }
 
 /**
@@ -364,7 +361,7 @@ export async function updateEntity(ctx: ServiceContext, ref: EnvRef, name: strin
   const now = ctx.clock.now();
   return ctx.db.transaction(async (tx) => {
     const current = await entityForWrite(tx, env.id, name, scope, { lock: true });
-    const type = await getEntityTypeDefinition(tx, project.id, current.entityTypeName);
+    const type = await getEntityTypeDefinition(tx, project.id, current.entityTypeName, { lock: 'share' });
     const changes: Partial<typeof entities.$inferInsert> = { updatedAt: now };
     if (input.state !== undefined) {
       assertStateDeclared(type, input.state);

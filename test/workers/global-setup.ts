@@ -1,6 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import type { TestProject } from 'vitest/node';
-import { migrateDatabase, openPglite, openPostgres, servePgliteOverTcp } from '../../src/node/database';
+import { generateServiceToken, hashServiceToken } from '../../src/auth/service-token';
+import type { Db } from '../../src/db/client';
+import { environments, orgs, projects, serviceTokens } from '../../src/db/schema';
+import { migrateDatabase, openPglite, servePgliteOverTcp } from '../../src/node/database';
 import { startWsProxy } from '../../src/node/ws-proxy';
 import { createThrowawayPostgres } from '../support/node-database';
 
@@ -13,9 +16,17 @@ export interface WorkerTestBindings {
   QUEUE_DRIVER: 'cloudflare';
 }
 
+/** A tenant with an owner token, seeded in the database for the tests that are not about bootstrap mode. */
+export interface SeededTenant {
+  org: string;
+  project: string;
+  token: string;
+}
+
 declare module 'vitest' {
   export interface ProvidedContext {
     workerBindings: WorkerTestBindings;
+    seededTenant: SeededTenant;
   }
 }
 
@@ -35,6 +46,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const database = process.env.TEST_DATABASE_URL
       ? await createPostgresDatabase(process.env.TEST_DATABASE_URL, cleanups)
       : await servePglite(cleanups);
+    project.provide('seededTenant', await seedTenant(database.db));
     const proxy = await startWsProxy({ allow: [database.address], oneSessionAtATime: database.singleSession });
     cleanups.push(() => proxy.close());
     project.provide('workerBindings', {
@@ -52,7 +64,29 @@ export default async function setup(project: TestProject): Promise<() => Promise
 }
 
 /** `singleSession`: PGlite, whose connections must take turns (src/node/ws-proxy.ts). */
-type TestDatabase = { url: string; address: string; singleSession: boolean };
+type TestDatabase = { url: string; address: string; singleSession: boolean; db: Db };
+
+/**
+ * Inserts an organization, a project with its `default` environment and an
+ * owner token, leaving bootstrap mode open (the foundation tests close it
+ * themselves through the API): system_state, not the presence of a token,
+ * decides bootstrap mode.
+ */
+async function seedTenant(db: Db): Promise<SeededTenant> {
+  const [org] = await db.insert(orgs).values({ name: 'Seeded', slug: 'seeded' }).returning();
+  const [project] = await db.insert(projects).values({ orgId: org!.id, name: 'Lifecycle', slug: 'lifecycle' }).returning();
+  await db.insert(environments).values({ orgId: org!.id, projectId: project!.id, name: 'default' });
+  const { token, prefix } = generateServiceToken();
+  await db.insert(serviceTokens).values({
+    orgId: org!.id,
+    projectId: project!.id,
+    name: 'seeded-owner',
+    prefix,
+    tokenHash: await hashServiceToken(token),
+    role: 'owner',
+  });
+  return { org: org!.slug, project: project!.slug, token };
+}
 
 async function createPostgresDatabase(serverUrl: string, cleanups: (() => Promise<void>)[]): Promise<TestDatabase> {
   if (!/^postgres(ql)?:\/\//.test(serverUrl)) {
@@ -62,7 +96,7 @@ async function createPostgresDatabase(serverUrl: string, cleanups: (() => Promis
   // drop closes the harness pool and (WITH FORCE) whatever the Worker left open
   cleanups.push(() => database.drop());
   const url = new URL(database.url!);
-  return { url: url.toString(), address: `${url.hostname}:${url.port || '5432'}`, singleSession: false };
+  return { url: url.toString(), address: `${url.hostname}:${url.port || '5432'}`, singleSession: false, db: database.database.db };
 }
 
 async function servePglite(cleanups: (() => Promise<void>)[]): Promise<TestDatabase> {
@@ -72,5 +106,5 @@ async function servePglite(cleanups: (() => Promise<void>)[]): Promise<TestDatab
   await migrateDatabase(database);
   const served = await servePgliteOverTcp(database.pglite);
   cleanups.push(() => served.stop());
-  return { url: served.url, address: served.address, singleSession: true };
+  return { url: served.url, address: served.address, singleSession: true, db: database.db };
 }

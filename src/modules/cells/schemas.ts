@@ -57,7 +57,10 @@ export const Cell = z
     deploymentTarget: z.string().nullable(),
     entityTypeName: z.string(),
     membershipMode: z.enum(['explicit', 'derived']),
-    membershipDerivedFrom: DerivedFrom.nullable().openapi({ description: 'The request\'s `membership.derivedFrom`, or null for explicit cells' }),
+    // a union, not DerivedFrom.nullable(): that would mark the shared component itself nullable in the document
+    membershipDerivedFrom: z
+      .union([DerivedFrom, z.null()])
+      .openapi({ description: 'The request\'s `membership.derivedFrom`, or null for explicit cells' }),
     orgId: z.uuid(),
     projectId: z.uuid(),
     createdAt: Timestamp,

@@ -186,17 +186,29 @@ type PoolClient = { query: Method; release: Method };
 
 const statementText = (first: unknown) => (typeof first === 'string' ? first : String((first as { text?: string }).text));
 
+/** One statement a request sent, with its parameters, so a read can be replayed on the raw driver. */
+export interface Statement {
+  text: string;
+  params: unknown[];
+}
+
+/** The texts of the statements `run` sends: see recordStatements. */
+export async function statementsDuring(database: NodeDatabase, run: () => Promise<void>): Promise<string[]> {
+  return (await recordStatements(database, run)).map((statement) => statement.text);
+}
+
 /**
  * Records the SQL statements the driver receives while `run` executes, to
  * report how many round trips one request costs, transactions included
  * (their BEGIN and COMMIT count: each is a round trip on a server). Used on a
  * single probe request, never while timing.
  */
-export async function statementsDuring(database: NodeDatabase, run: () => Promise<void>): Promise<string[]> {
-  const seen: string[] = [];
+export async function recordStatements(database: NodeDatabase, run: () => Promise<void>): Promise<Statement[]> {
+  const seen: Statement[] = [];
+  const mark = (text: string) => seen.push({ text, params: [] });
   const recording = (original: Method): Method =>
     function (this: unknown, ...args: unknown[]) {
-      seen.push(statementText(args[0]));
+      seen.push({ text: statementText(args[0]), params: Array.isArray(args[1]) ? args[1] : [] });
       return original.apply(this, args);
     };
 
@@ -207,7 +219,7 @@ export async function statementsDuring(database: NodeDatabase, run: () => Promis
     pglite.query = recording(query);
     pglite.exec = recording(exec);
     pglite.transaction = function (this: unknown, callback: unknown) {
-      seen.push('BEGIN');
+      mark('BEGIN');
       const inside = (tx: { query: Method; exec: Method }) => {
         tx.query = recording(tx.query);
         tx.exec = recording(tx.exec);
@@ -215,11 +227,11 @@ export async function statementsDuring(database: NodeDatabase, run: () => Promis
       };
       return (transaction.call(this, inside) as Promise<unknown>).then(
         (result) => {
-          seen.push('COMMIT');
+          mark('COMMIT');
           return result;
         },
         (error: unknown) => {
-          seen.push('ROLLBACK');
+          mark('ROLLBACK');
           throw error;
         },
       );
@@ -273,6 +285,24 @@ export async function statementsDuring(database: NodeDatabase, run: () => Promis
     for (const client of [...checkedOut.keys()]) giveBack(client);
   }
   return seen;
+}
+
+/**
+ * A diagnostic case: the statements one read request sent (recordStatements),
+ * replayed in order on the raw driver. The route against this plus bare-hono
+ * is what the app costs on top of its own SQL; this against a baseline is what
+ * its SQL costs over the baseline's.
+ */
+export function replayCase({ raw }: BenchContext, name: string, statements: Statement[]): Case {
+  const write = statements.find((statement) => !/^\s*select\b/i.test(statement.text));
+  if (write) throw new Error(`${name}: only reads can be replayed, got ${write.text}`);
+  return {
+    name,
+    queries: statements.length,
+    call: async () => {
+      for (const statement of statements) await raw(statement.text, statement.params);
+    },
+  };
 }
 
 export interface Case {

@@ -149,6 +149,7 @@ ALTER TABLE "relationships" ADD CONSTRAINT "relationships_to_entity_id_entities_
 ALTER TABLE "relationships" ADD CONSTRAINT "relationships_relationship_type_fk" FOREIGN KEY ("project_id","relationship_type_name") REFERENCES "public"."relationship_types"("project_id","name") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "cell_members_entity_idx" ON "cell_members" USING btree ("entity_id");--> statement-breakpoint
 CREATE INDEX "entities_env_type_name_idx" ON "entities" USING btree ("env_id","entity_type_name","name");--> statement-breakpoint
+CREATE INDEX "entities_project_type_idx" ON "entities" USING btree ("project_id","entity_type_name");--> statement-breakpoint
 CREATE INDEX "entities_labels_idx" ON "entities" USING gin ("labels" jsonb_path_ops);--> statement-breakpoint
 CREATE INDEX "entity_changes_at_idx" ON "entity_changes" USING btree ("created_at");--> statement-breakpoint
 CREATE INDEX "entity_unique_keys_entity_idx" ON "entity_unique_keys" USING btree ("entity_id");--> statement-breakpoint

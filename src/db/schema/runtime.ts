@@ -47,6 +47,8 @@ export const entities = pgTable(
     // entity names are unique per environment, across types (DECISIONS §1); also the keyset order
     unique('entities_env_name_unique').on(t.envId, t.name),
     index('entities_env_type_name_idx').on(t.envId, t.entityTypeName, t.name),
+    // the entity-type foreign key's RESTRICT check and "is this type still used" look up by project
+    index('entities_project_type_idx').on(t.projectId, t.entityTypeName),
     index('entities_labels_idx').using('gin', t.labels.op('jsonb_path_ops')),
     // an entity type with entities cannot be deleted, and its name cannot change under them
     foreignKey({

@@ -1,4 +1,4 @@
-import { and, eq, isNull, type SQL } from 'drizzle-orm';
+import { and, eq, isNull, sql, type SQL } from 'drizzle-orm';
 import type { Caller, ServiceContext } from '../context';
 import type { Queryable } from '../db/client';
 import { environments, orgs, projects, serviceTokens } from '../db/schema';
@@ -68,6 +68,48 @@ interface Tenancy {
   env: EnvironmentRow | null;
 }
 
+const placeholderMatch = <T extends { id: any; slug: any }>(table: T, byId: boolean, name: string): SQL =>
+  byId ? eq(table.id, sql.placeholder(name)) : eq(table.slug, sql.placeholder(name));
+
+function buildTokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean) {
+  return db
+    .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs, project: projects, env: environments })
+    .from(serviceTokens)
+    .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
+    .innerJoin(orgs, eq(orgs.id, projects.orgId))
+    .leftJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, sql.placeholder('env'))))
+    .where(
+      and(
+        eq(serviceTokens.tokenHash, sql.placeholder('tokenHash')),
+        isNull(serviceTokens.revokedAt),
+        placeholderMatch(orgs, orgById, 'org'),
+        placeholderMatch(projects, projectById, 'project'),
+        isNull(orgs.deletedAt),
+      ),
+    )
+    .limit(1)
+    // unnamed on the server: PGlite behind pglite-socket is one session shared by every connection,
+    // where a named statement prepared by one connection collides with the next one's
+    .prepare('');
+}
+
+const preparedTenancy = new WeakMap<Queryable, Map<string, ReturnType<typeof buildTokenTenancyQuery>>>();
+
+/**
+ * The token+tenancy lookup runs on every request, so it is built once per
+ * database handle and shape (id or slug for the organization and the
+ * project) and executed as a prepared query: drizzle does not rebuild its
+ * SQL text on every call.
+ */
+function tokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean) {
+  let byShape = preparedTenancy.get(db);
+  if (!byShape) preparedTenancy.set(db, (byShape = new Map()));
+  const shape = `${orgById ? 'id' : 'slug'}_${projectById ? 'id' : 'slug'}`;
+  let query = byShape.get(shape);
+  if (!query) byShape.set(shape, (query = buildTokenTenancyQuery(db, orgById, projectById)));
+  return query;
+}
+
 /** The organization, project and (optionally) environment a path names, visible to the caller. */
 async function loadTenancy(
   ctx: ServiceContext,
@@ -77,22 +119,12 @@ async function loadTenancy(
   const envJoin = and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? ''));
   const state = ctx.callerState;
   if (!state.resolved) {
-    const [row] = await db
-      .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs, project: projects, env: environments })
-      .from(serviceTokens)
-      .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
-      .innerJoin(orgs, eq(orgs.id, projects.orgId))
-      .leftJoin(environments, envJoin)
-      .where(
-        and(
-          eq(serviceTokens.tokenHash, state.tokenHash!),
-          isNull(serviceTokens.revokedAt),
-          orgMatches(ref.org),
-          projectMatches(ref.project),
-          isNull(orgs.deletedAt),
-        ),
-      )
-      .limit(1);
+    const [row] = await tokenTenancyQuery(db, isUuid(ref.org), isUuid(ref.project)).execute({
+      tokenHash: state.tokenHash!,
+      org: ref.org,
+      project: ref.project,
+      env: ref.env ?? '',
+    });
     if (row) {
       state.settle(tokenCaller(row, ctx.clock));
       assertNotSuspended(row.org);

@@ -28,8 +28,7 @@ import {
   type BenchContext,
   type BenchProject,
   type Benchmark,
-  type Case,
-} from './harness';
+  type Case, bareHonoCase } from './harness';
 
 const ENTITY_TYPE = 'service';
 /** Three string properties and no constraints, as the create target states. */
@@ -63,7 +62,7 @@ async function defaultEnvironmentId({ raw }: BenchContext, project: BenchProject
 export const entities: Benchmark = {
   name: 'entities',
   async run(context) {
-    const { app, database, raw, bare } = context;
+    const { app, database, raw } = context;
     const { org, projects } = await createBenchTenant(context, 'bench', ['reads', 'writes', 'listed']);
     const reads = projects.reads!;
     const writes = projects.writes!;
@@ -133,13 +132,7 @@ export const entities: Benchmark = {
     }
 
     const baselines: Case[] = [
-      {
-        name: 'bare-hono',
-        queries: 0,
-        call: async () => {
-          await expectStatus(bare.request('/hello'), 200, 'bare-hono');
-        },
-      },
+      bareHonoCase(context),
       {
         name: 'raw-select-pk',
         queries: 1,

@@ -18,13 +18,12 @@ import {
   printTable,
   ratio,
   type Benchmark,
-  type Case,
-} from './harness';
+  type Case, bareHonoCase } from './harness';
 
 export const foundation: Benchmark = {
   name: 'foundation',
   async run(context) {
-    const { app, database, raw, bare } = context;
+    const { app, database, raw } = context;
     // Reads and writes use separate projects, so the listed project keeps its
     // five environments while the write cases insert thousands elsewhere.
     const { org, projects } = await createBenchTenant(context, 'bench', ['reads', 'writes']);
@@ -37,13 +36,7 @@ export const foundation: Benchmark = {
     const readAuth = bearer(reads.token);
 
     const baselines: Case[] = [
-      {
-        name: 'bare-hono',
-        queries: 0,
-        call: async () => {
-          await expectStatus(bare.request('/hello'), 200, 'bare-hono');
-        },
-      },
+      bareHonoCase(context),
       {
         name: 'raw-select',
         queries: 1,

@@ -105,6 +105,17 @@ export async function openBench(): Promise<{ context: BenchContext; close(): Pro
   };
 }
 
+/** The bare-Hono baseline: a JSON hello from an app with nothing else in it. */
+export function bareHonoCase({ bare }: BenchContext): Case {
+  return {
+    name: 'bare-hono',
+    queries: 0,
+    call: async () => {
+      await expectStatus(bare.request('/hello'), 200, 'bare-hono');
+    },
+  };
+}
+
 /** A request with a JSON body and, when given, a bearer token. */
 export const json = (method: string, body: unknown, token?: string): RequestInit => ({
   method,

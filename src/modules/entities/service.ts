@@ -210,12 +210,30 @@ async function entityForWrite(
 }
 
 /** The entity `name` as the caller may see it: outside its cells is the same 404 as absent. */
-async function visibleEntity(db: Queryable, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
-  const [row] = await db
+const buildEntityByName = (db: Queryable) =>
+  db
     .select()
     .from(entities)
-    .where(and(eq(entities.envId, envId), eq(entities.name, name), scope))
-    .limit(1);
+    .where(and(eq(entities.envId, sql.placeholder('envId')), eq(entities.name, sql.placeholder('name'))))
+    .limit(1)
+    .prepare('');
+
+/** The unscoped read by name is the hottest query there is: built once per database handle. */
+const entityByName = new WeakMap<Queryable, ReturnType<typeof buildEntityByName>>();
+
+async function visibleEntity(db: Queryable, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
+  let row: EntityRow | undefined;
+  if (scope) {
+    [row] = await db
+      .select()
+      .from(entities)
+      .where(and(eq(entities.envId, envId), eq(entities.name, name), scope))
+      .limit(1);
+  } else {
+    let query = entityByName.get(db);
+    if (!query) entityByName.set(db, (query = buildEntityByName(db)));
+    [row] = await query.execute({ envId, name });
+  }
   if (!row) throw notFound(`entity "${name}"`);
   return row;
 }

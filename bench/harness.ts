@@ -96,7 +96,9 @@ export async function openBench(): Promise<{ context: BenchContext; close(): Pro
   const config = loadConfig({ ENCRYPTION_KEY: randomBytes(32).toString('hex'), AUTH_SECRET: randomBytes(32).toString('hex') });
   // the real logger, formatting every line; only the I/O is left out
   const logger = createLogger({ level: 'info', secrets: [config.encryptionKey, config.authSecret], sink: () => {} });
-  const app = createApp(platformOnSharedDatabase({ config, logger, db: bench.database.db }));
+  const app = createApp(
+    platformOnSharedDatabase({ config, logger, db: bench.database.db, namedStatements: bench.database.kind === 'postgres' }),
+  );
   const bare = new Hono();
   bare.get('/hello', (c) => c.json({ ok: true }));
   return {

@@ -39,6 +39,8 @@ export interface ServiceContext {
   readonly caller: Caller;
   readonly callerState: CallerState;
   readonly bootstrap: BootstrapMemo;
+  /** See Platform.namedStatements. */
+  readonly namedStatements: boolean;
   readonly requestId: string;
 }
 

@@ -36,4 +36,11 @@ export interface Platform {
   /** Opened lazily, on a request's first query; requests refused earlier never touch the database. */
   openDatabase(): DatabaseLease;
   bootstrap: BootstrapMemo;
+  /**
+   * Whether hot queries may be named server-side prepared statements, whose
+   * plans Postgres keeps per connection. Off where several connections share
+   * one session (PGlite behind pglite-socket): there a name prepared by one
+   * connection collides with the next one's.
+   */
+  namedStatements: boolean;
 }

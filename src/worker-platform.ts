@@ -79,6 +79,8 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
     clock: systemClock,
     openDatabase: () => openRequestPool(connectionString, logger),
     bootstrap,
+    // through the local proxy the server may be PGlite, one session for every connection
+    namedStatements: localProxy === undefined,
   };
 }
 

@@ -71,7 +71,7 @@ interface Tenancy {
 const placeholderMatch = <T extends { id: any; slug: any }>(table: T, byId: boolean, name: string): SQL =>
   byId ? eq(table.id, sql.placeholder(name)) : eq(table.slug, sql.placeholder(name));
 
-function buildTokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean) {
+function buildTokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean, name: string) {
   return db
     .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs, project: projects, env: environments })
     .from(serviceTokens)
@@ -88,9 +88,7 @@ function buildTokenTenancyQuery(db: Queryable, orgById: boolean, projectById: bo
       ),
     )
     .limit(1)
-    // unnamed on the server: PGlite behind pglite-socket is one session shared by every connection,
-    // where a named statement prepared by one connection collides with the next one's
-    .prepare('');
+    .prepare(name);
 }
 
 const preparedTenancy = new WeakMap<Queryable, Map<string, ReturnType<typeof buildTokenTenancyQuery>>>();
@@ -98,15 +96,18 @@ const preparedTenancy = new WeakMap<Queryable, Map<string, ReturnType<typeof bui
 /**
  * The token+tenancy lookup runs on every request, so it is built once per
  * database handle and shape (id or slug for the organization and the
- * project) and executed as a prepared query: drizzle does not rebuild its
- * SQL text on every call.
+ * project): drizzle does not rebuild its SQL text on every call, and where
+ * the platform allows (Platform.namedStatements) Postgres keeps its plan.
  */
-function tokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean) {
+function tokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean, named: boolean) {
   let byShape = preparedTenancy.get(db);
   if (!byShape) preparedTenancy.set(db, (byShape = new Map()));
   const shape = `${orgById ? 'id' : 'slug'}_${projectById ? 'id' : 'slug'}`;
   let query = byShape.get(shape);
-  if (!query) byShape.set(shape, (query = buildTokenTenancyQuery(db, orgById, projectById)));
+  if (!query) {
+    query = buildTokenTenancyQuery(db, orgById, projectById, named ? `cellplane_token_tenancy_${shape}` : '');
+    byShape.set(shape, query);
+  }
   return query;
 }
 
@@ -119,7 +120,7 @@ async function loadTenancy(
   const envJoin = and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? ''));
   const state = ctx.callerState;
   if (!state.resolved) {
-    const [row] = await tokenTenancyQuery(db, isUuid(ref.org), isUuid(ref.project)).execute({
+    const [row] = await tokenTenancyQuery(db, isUuid(ref.org), isUuid(ref.project), ctx.namedStatements).execute({
       tokenHash: state.tokenHash!,
       org: ref.org,
       project: ref.project,

@@ -66,6 +66,7 @@ export const requestContext =
         },
         callerState,
         bootstrap: platform.bootstrap,
+        namedStatements: platform.namedStatements,
         requestId: c.var.requestId,
       };
       c.set('services', services);

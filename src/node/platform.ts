@@ -47,20 +47,37 @@ export async function createNodePlatform(
     await database.close();
     throw error;
   }
-  const platform = platformOnSharedDatabase({ config, logger, db: database.db });
+  const platform = platformOnSharedDatabase({ config, logger, db: database.db, namedStatements: await serverIsPostgres(database) });
   return { platform, database, dataDir, close: () => database.close() };
+}
+
+/**
+ * True for a real Postgres server, false for PGlite (embedded, or served over
+ * pglite-socket at a DATABASE_URL), whose connections share one session.
+ */
+async function serverIsPostgres(database: NodeDatabase): Promise<boolean> {
+  if (database.kind === 'pglite') return false;
+  const { rows } = await database.pool.query<{ version: string }>('select version() as version');
+  return !rows[0]?.version.includes('PGlite');
 }
 
 /**
  * A Platform whose requests all share one long-lived database handle (the
  * Node host's pool or PGlite): leasing is free and releasing does nothing.
  */
-export function platformOnSharedDatabase(options: { config: Config; logger: Logger; db: Db; clock?: Clock }): Platform {
+export function platformOnSharedDatabase(options: {
+  config: Config;
+  logger: Logger;
+  db: Db;
+  clock?: Clock;
+  namedStatements?: boolean;
+}): Platform {
   return {
     config: options.config,
     logger: options.logger,
     clock: options.clock ?? systemClock,
     openDatabase: () => ({ db: options.db, release: async () => {} }),
     bootstrap: { closed: false },
+    namedStatements: options.namedStatements ?? false,
   };
 }

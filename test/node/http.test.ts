@@ -126,6 +126,7 @@ describe('unexpected errors', () => {
         throw new Error(leak);
       },
       bootstrap: { closed: false },
+      namedStatements: false,
     });
     const response = await app.request('/orgs/acme');
     expect(response.status).toBe(500);

@@ -4,7 +4,7 @@ import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
 import { platformOnSharedDatabase } from '../../src/node/platform';
 import type { Clock, Platform } from '../../src/platform';
-import { createTestDatabase, type TestDatabase } from './node-database';
+import { createTestDatabase, usingPostgres, type TestDatabase } from './node-database';
 
 export const TEST_SECRETS = {
   ENCRYPTION_KEY: 'a3f1c2e4b5d6978877665544332211009f8e7d6c5b4a39281706f5e4d3c2b1a0',
@@ -50,7 +50,8 @@ export async function createTestApi(options: { clock?: Clock; env?: Record<strin
   });
   let leases = 0;
   const db = testDatabase.database.db;
-  const shared = platformOnSharedDatabase({ config, logger, db, clock: options.clock });
+  // named statements exactly where a host would use them: on a real Postgres server
+  const shared = platformOnSharedDatabase({ config, logger, db, clock: options.clock, namedStatements: usingPostgres() });
   const platform: Platform = {
     ...shared,
     openDatabase: () => {

@@ -210,18 +210,19 @@ async function entityForWrite(
 }
 
 /** The entity `name` as the caller may see it: outside its cells is the same 404 as absent. */
-const buildEntityByName = (db: Queryable) =>
+const buildEntityByName = (db: Queryable, name: string) =>
   db
     .select()
     .from(entities)
     .where(and(eq(entities.envId, sql.placeholder('envId')), eq(entities.name, sql.placeholder('name'))))
     .limit(1)
-    .prepare('');
+    .prepare(name);
 
 /** The unscoped read by name is the hottest query there is: built once per database handle. */
 const entityByName = new WeakMap<Queryable, ReturnType<typeof buildEntityByName>>();
 
-async function visibleEntity(db: Queryable, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
+async function visibleEntity(ctx: ServiceContext, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
+  const db = ctx.db;
   let row: EntityRow | undefined;
   if (scope) {
     [row] = await db
@@ -231,7 +232,7 @@ async function visibleEntity(db: Queryable, envId: string, name: string, scope: 
       .limit(1);
   } else {
     let query = entityByName.get(db);
-    if (!query) entityByName.set(db, (query = buildEntityByName(db)));
+    if (!query) entityByName.set(db, (query = buildEntityByName(db, ctx.namedStatements ? 'cellplane_entity_by_name' : '')));
     [row] = await query.execute({ envId, name });
   }
   if (!row) throw notFound(`entity "${name}"`);
@@ -241,7 +242,7 @@ async function visibleEntity(db: Queryable, envId: string, name: string, scope: 
 export async function getEntity(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Entity> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const scope = await callerCellScope(ctx, project.id);
-  return toEntity(await visibleEntity(ctx.db, env.id, name, scope));
+  return toEntity(await visibleEntity(ctx, env.id, name, scope));
 }
 
 function parseLabelFilters(label: EntityListQuery['label']): SQL | undefined {
@@ -559,7 +560,7 @@ export async function stampEntitySync(
 export async function getEntityDrift(ctx: ServiceContext, ref: EnvRef, name: string): Promise<z.infer<typeof EntityDriftStatus>> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const scope = await callerCellScope(ctx, project.id);
-  const row = await visibleEntity(ctx.db, env.id, name, scope);
+  const row = await visibleEntity(ctx, env.id, name, scope);
   const type = await getEntityTypeDefinition(ctx.db, project.id, row.entityTypeName);
   const base = { name: row.name, lastSyncedAt: optionalTimestamp(row.lastSyncedAt), syncSource: row.syncSource };
   if (!type.syncTracked) {

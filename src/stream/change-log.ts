@@ -1,4 +1,4 @@
-import { eq, sql } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import type { Tx } from '../db/client';
 import { entityChanges, environments } from '../db/schema';
 
@@ -15,24 +15,21 @@ export async function recordEntityChange(
   envId: string,
   change: { type: EntityChangeType; entity: { id: string; name: string; entityTypeName: string } & Record<string, unknown> },
 ): Promise<number> {
-  const [env] = await tx
-    .update(environments)
-    .set({ changeSeq: sql`${environments.changeSeq} + 1` })
-    .where(eq(environments.id, envId))
-    .returning({ seq: environments.changeSeq });
-  const seq = env!.seq;
   const entity =
     change.type === 'entity.deleted'
       ? { id: change.entity.id, name: change.entity.name, entityTypeName: change.entity.entityTypeName }
       : change.entity;
-  await tx.insert(entityChanges).values({
-    envId,
-    seq,
-    type: change.type,
-    entityId: change.entity.id,
-    entityName: change.entity.name,
-    entityTypeName: change.entity.entityTypeName,
-    entity,
-  });
-  return seq;
+  // one statement: the counter's row lock is taken and the change written in the same round trip
+  const result = await tx.execute<{ seq: string | number }>(sql`
+    with next as (
+      update ${environments} set change_seq = change_seq + 1 where id = ${envId} returning change_seq
+    )
+    insert into ${entityChanges} (env_id, seq, type, entity_id, entity_name, entity_type_name, entity)
+    select ${envId}, next.change_seq, ${change.type}, ${change.entity.id}, ${change.entity.name},
+           ${change.entity.entityTypeName}, ${JSON.stringify(entity)}::jsonb
+    from next
+    returning seq`);
+  // every driver behind Db (pg, PGlite, Neon) answers { rows }; bigint arrives as a string from some
+  const [row] = (result as unknown as { rows: { seq: string | number }[] }).rows;
+  return Number(row!.seq);
 }

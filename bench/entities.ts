@@ -75,7 +75,7 @@ export const entities: Benchmark = {
       );
     }
     const entitiesPath = (project: BenchProject) => `/${org.slug}/${project.slug}/envs/default/entities`;
-    const [readsEnv, writesEnv, listedEnv] = await Promise.all([reads, writes, listed].map((p) => defaultEnvironmentId(context, p)));
+    const [writesEnv, listedEnv] = await Promise.all([writes, listed].map((p) => defaultEnvironmentId(context, p)));
 
     // the entity every GET reads, created through the API like any other
     const read = (await expectStatus(

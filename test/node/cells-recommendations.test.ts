@@ -66,7 +66,7 @@ describe(`cell recommendations (${usingPostgres() ? 'Postgres' : 'PGlite'})`, ()
       const b = await make.entity('ll-b', 'node');
       const c = await make.entity('ll-c', 'node', { state: 'draining' });
       const d = await make.entity('ll-d', 'node', { labels: { zone: 'z1' } });
-      const e = await make.entity('ll-e', 'node');
+      await make.entity('ll-e', 'node'); // no metrics: load 0
       const f = await make.entity('ll-f', 'node');
       await make.metric(a, 'cpu', 50);
       await make.metric(a, 'mem', 32); // 0.5 + 0.5

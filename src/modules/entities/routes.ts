@@ -20,18 +20,9 @@ import {
   SyncStamp,
   SyncStampResult,
 } from './schemas';
-import {
-  createEntity,
-  deleteEntity,
-  getBatchMetrics,
-  getEntity,
-  getEntityDrift,
-  getEntityMetrics,
-  listEntities,
-  setEntityMetric,
-  stampEntitySync,
-  updateEntity,
-} from './service';
+import { getBatchMetrics, getEntityMetrics, setEntityMetric } from './metrics';
+import { createEntity, deleteEntity, getEntity, listEntities, updateEntity } from './service';
+import { getEntityDrift, stampEntitySync } from './sync';
 
 export const entityRoutes = new OpenAPIHono<AppEnv>();
 

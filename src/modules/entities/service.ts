@@ -1,27 +1,21 @@
-import { and, asc, eq, gt, gte, inArray, like, lt, sql, type SQL } from 'drizzle-orm';
+import { and, asc, eq, gt, gte, like, lt, sql, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable, Tx } from '../../db/client';
-import { entities, entityMetrics, entityUniqueKeys } from '../../db/schema';
-import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
+import { entities, entityUniqueKeys } from '../../db/schema';
+import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { recordEntityChange } from '../../stream/change-log';
-import { DEFAULT_SYNC_MAX_AGE_SECONDS } from '../catalog-items';
 import { assertEntityInScope, callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
 import { getEntityTypeDefinition, type EntityTypeDefinition } from '../entity-types/service';
 import { validateProperties } from '../properties';
 import {
-  MAX_BATCH_METRIC_NAMES,
   type Entity,
   type EntityCreate,
-  type EntityDriftStatus,
   type EntityListQuery,
   type EntityUpdate,
-  type MetricValue,
-  type SyncStampResult,
 } from './schemas';
-import type { z } from '@hono/zod-openapi';
 
 export type EntityRow = typeof entities.$inferSelect;
 
@@ -59,7 +53,7 @@ export const toEntity = (row: EntityRow): Entity => ({
  * session) that would wait forever (ARCHITECTURE.md).
  */
 
-type EnvRef = { org: string; project: string; env: string };
+export type EnvRef = { org: string; project: string; env: string };
 
 /** How far ahead of the server's clock a reported sync time may be (clients' clocks drift). */
 export const MAX_CLOCK_SKEW_MS = 5 * 60 * 1000;
@@ -93,7 +87,7 @@ function validatedProperties(type: EntityTypeDefinition, values: Record<string, 
   return result.values;
 }
 
-function notInFuture(ctx: ServiceContext, value: string, path: string): Date {
+export function notInFuture(ctx: ServiceContext, value: string, path: string): Date {
   const date = new Date(value);
   if (date.getTime() > ctx.clock.now().getTime() + MAX_CLOCK_SKEW_MS) {
     throw new ApiError('validation_failed', `${path} is in the future`, [
@@ -166,7 +160,7 @@ async function claimUniqueKeys(tx: Tx, type: EntityTypeDefinition, row: EntityRo
 // --- database errors ---------------------------------------------------------
 
 /** The Postgres error under a driver's wrapping (drizzle puts it in `cause`). */
-function databaseError(err: unknown): { code: string; constraint?: string } | undefined {
+export function databaseError(err: unknown): { code: string; constraint?: string } | undefined {
   let current = err;
   for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth++) {
     const candidate = current as { code?: unknown; constraint?: unknown; cause?: unknown };
@@ -191,7 +185,7 @@ const isViolationOf = (err: unknown, code: string, constraint: string) => {
  * (Entity names are unique per environment and a create already answers 409
  * for a taken name, so the 403 tells a scoped token nothing a create would not.)
  */
-async function entityForWrite(
+export async function entityForWrite(
   db: Queryable,
   envId: string,
   name: string,
@@ -221,7 +215,7 @@ const buildEntityByName = (db: Queryable, name: string) =>
 /** The unscoped read by name is the hottest query there is: built once per database handle. */
 const entityByName = new WeakMap<Queryable, ReturnType<typeof buildEntityByName>>();
 
-async function visibleEntity(ctx: ServiceContext, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
+export async function visibleEntity(ctx: ServiceContext, envId: string, name: string, scope: SQL | undefined): Promise<EntityRow> {
   const db = ctx.db;
   let row: EntityRow | undefined;
   if (scope) {
@@ -421,159 +415,4 @@ export async function deleteEntity(ctx: ServiceContext, ref: EnvRef, name: strin
     await recordEntityChange(tx, env.id, { type: 'entity.deleted', entity: toEntity(row) });
   });
   return { deleted: true, name };
-}
-
-// --- metrics -----------------------------------------------------------------
-
-/**
- * Sets one metric value (upsert). Metric values are runtime readings, not
- * entity changes: no change-log row, and the entity's updatedAt stays.
- */
-export async function setEntityMetric(
-  ctx: ServiceContext,
-  ref: EnvRef,
-  name: string,
-  metric: string,
-  value: number,
-): Promise<z.infer<typeof MetricValue>> {
-  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
-  const scope = await callerCellScope(ctx, project.id);
-  const row = await entityForWrite(ctx.db, env.id, name, scope, { lock: false });
-  const type = await getEntityTypeDefinition(ctx.db, project.id, row.entityTypeName);
-  const definition = type.metrics.find((m) => m.name === metric);
-  if (!definition) {
-    const declared = type.metrics.map((m) => m.name);
-    throw new ApiError(
-      'unknown_metric',
-      `entity type "${type.name}" declares no metric "${metric}"${declared.length ? ` (declared: ${declared.join(', ')})` : ''}`,
-    );
-  }
-  const problems: ErrorDetail[] = [];
-  if (definition.min !== undefined && value < definition.min) problems.push({ path: 'value', message: `must be at least ${definition.min}` });
-  if (definition.max !== undefined && value > definition.max) problems.push({ path: 'value', message: `must be at most ${definition.max}` });
-  if (problems.length > 0) {
-    throw new ApiError('validation_failed', `metric "${metric}" ${problems.map((p) => p.message).join(' and ')}`, problems);
-  }
-  const now = ctx.clock.now();
-  try {
-    await ctx.db
-      .insert(entityMetrics)
-      .values({ entityId: row.id, name: metric, value, updatedAt: now })
-      .onConflictDoUpdate({ target: [entityMetrics.entityId, entityMetrics.name], set: { value, updatedAt: now } });
-  } catch (err) {
-    // the entity was deleted since it was read
-    if (databaseError(err)?.code === '23503') throw notFound(`entity "${name}"`);
-    throw err;
-  }
-  return { entityName: row.name, metric, value, updatedAt: timestamp(now) };
-}
-
-export async function getEntityMetrics(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Record<string, number>> {
-  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
-  const scope = await callerCellScope(ctx, project.id);
-  const rows = await ctx.db
-    .select({ metric: entityMetrics.name, value: entityMetrics.value })
-    .from(entities)
-    .leftJoin(entityMetrics, eq(entityMetrics.entityId, entities.id))
-    .where(and(eq(entities.envId, env.id), eq(entities.name, name), scope))
-    .orderBy(asc(entityMetrics.name));
-  if (rows.length === 0) throw notFound(`entity "${name}"`);
-  const values: Record<string, number> = {};
-  for (const row of rows) if (row.metric !== null && row.value !== null) values[row.metric] = row.value;
-  return values;
-}
-
-const splitList = (list: string) => [...new Set(list.split(',').map((item) => item.trim()).filter((item) => item.length > 0))];
-
-/**
- * Metric values of many entities in one query. Names that do not exist or
- * are outside the caller's cells are left out; a visible entity without
- * values maps to `{}`.
- */
-export async function getBatchMetrics(
-  ctx: ServiceContext,
-  ref: EnvRef,
-  query: { names: string; metrics?: string },
-): Promise<Record<string, Record<string, number>>> {
-  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
-  const names = splitList(query.names);
-  if (names.length === 0) {
-    throw new ApiError('validation_failed', 'names must list at least one entity', [{ path: 'names', message: 'is empty' }]);
-  }
-  if (names.length > MAX_BATCH_METRIC_NAMES) {
-    throw new ApiError('validation_failed', `names lists ${names.length} entities; at most ${MAX_BATCH_METRIC_NAMES} per request`, [
-      { path: 'names', message: `must list at most ${MAX_BATCH_METRIC_NAMES} names` },
-    ]);
-  }
-  const metrics = query.metrics === undefined ? undefined : splitList(query.metrics);
-  const scope = await callerCellScope(ctx, project.id);
-  const rows = await ctx.db
-    .select({ entity: entities.name, metric: entityMetrics.name, value: entityMetrics.value })
-    .from(entities)
-    .leftJoin(
-      entityMetrics,
-      and(eq(entityMetrics.entityId, entities.id), metrics === undefined ? undefined : inArray(entityMetrics.name, metrics)),
-    )
-    .where(and(eq(entities.envId, env.id), inArray(entities.name, names), scope))
-    .orderBy(asc(entities.name), asc(entityMetrics.name));
-  const result: Record<string, Record<string, number>> = {};
-  for (const row of rows) {
-    const values = (result[row.entity] ??= {});
-    if (row.metric !== null && row.value !== null) values[row.metric] = row.value;
-  }
-  return result;
-}
-
-// --- sync tracking -------------------------------------------------------------
-
-/**
- * Records that `source` saw the entity in sync at `observedAt` (default now).
- * It never moves lastSyncedAt backwards: a stamp older than the recorded one
- * (a retried or late delivery) changes nothing and answers the current values.
- * A stamp that does apply is an entity update: updatedAt moves and one
- * `entity.updated` change is logged.
- */
-export async function stampEntitySync(
-  ctx: ServiceContext,
-  ref: EnvRef,
-  name: string,
-  input: { source: string; observedAt?: string },
-): Promise<z.infer<typeof SyncStampResult>> {
-  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
-  const now = ctx.clock.now();
-  const observedAt = input.observedAt === undefined ? now : notInFuture(ctx, input.observedAt, 'observedAt');
-  const scope = await callerCellScope(ctx, project.id);
-  const row = await ctx.db.transaction(async (tx) => {
-    const current = await entityForWrite(tx, env.id, name, scope, { lock: true });
-    if (current.lastSyncedAt && current.lastSyncedAt.getTime() > observedAt.getTime()) return current;
-    const [updated] = (await tx
-      .update(entities)
-      .set({ lastSyncedAt: observedAt, syncSource: input.source, updatedAt: now })
-      .where(eq(entities.id, current.id))
-      .returning()) as [EntityRow];
-    await recordEntityChange(tx, env.id, { type: 'entity.updated', entity: toEntity(updated) });
-    return updated;
-  });
-  return { name: row.name, lastSyncedAt: timestamp(row.lastSyncedAt!), syncSource: row.syncSource };
-}
-
-export async function getEntityDrift(ctx: ServiceContext, ref: EnvRef, name: string): Promise<z.infer<typeof EntityDriftStatus>> {
-  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
-  const scope = await callerCellScope(ctx, project.id);
-  const row = await visibleEntity(ctx, env.id, name, scope);
-  const type = await getEntityTypeDefinition(ctx.db, project.id, row.entityTypeName);
-  const base = { name: row.name, lastSyncedAt: optionalTimestamp(row.lastSyncedAt), syncSource: row.syncSource };
-  if (!type.syncTracked) {
-    return { ...base, driftStatus: 'untracked', message: `entity type "${type.name}" is not sync-tracked` };
-  }
-  const maxAgeSeconds = type.syncFreshness?.maxAgeSeconds ?? DEFAULT_SYNC_MAX_AGE_SECONDS;
-  if (!row.lastSyncedAt) {
-    return { ...base, driftStatus: 'never-synced', message: `no sync recorded yet; expected at least every ${maxAgeSeconds} s` };
-  }
-  const ageMs = ctx.clock.now().getTime() - row.lastSyncedAt.getTime();
-  const ageSeconds = Math.max(0, Math.floor(ageMs / 1000));
-  const by = row.syncSource === null ? '' : ` by "${row.syncSource}"`;
-  return ageMs <= maxAgeSeconds * 1000
-    ? { ...base, driftStatus: 'in-sync', message: `last synced ${ageSeconds} s ago${by}, within the ${maxAgeSeconds} s freshness window` }
-    : { ...base, driftStatus: 'stale', message: `last synced ${ageSeconds} s ago${by}, beyond the ${maxAgeSeconds} s freshness window` };
 }

@@ -9,6 +9,7 @@ import { ApiError } from './http/errors';
 import { handleError } from './http/error-handler';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
 import type { Platform } from './platform';
+import { actionRoutes } from './modules/actions/routes';
 import { cellRoutes } from './modules/cells/routes';
 import { entityRoutes } from './modules/entities/routes';
 import { entityTypeRoutes } from './modules/entity-types/routes';
@@ -17,6 +18,7 @@ import { relationshipRoutes } from './modules/relationships/routes';
 import { relationshipTypeRoutes } from './modules/relationship-types/routes';
 import { orgRoutes } from './modules/orgs/routes';
 import { projectRoutes } from './modules/projects/routes';
+import { secretRoutes } from './modules/secrets/routes';
 import { renderDocsPage } from './modules/system/docs-page';
 import { tokenRoutes } from './modules/tokens/routes';
 
@@ -98,6 +100,8 @@ export function createApp(platform: Platform) {
   api.route('/', cellRoutes);
   api.route('/', entityRoutes);
   api.route('/', relationshipRoutes);
+  api.route('/', actionRoutes);
+  api.route('/', secretRoutes);
   app.route('/', api);
 
   return app;

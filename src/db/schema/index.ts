@@ -1,3 +1,4 @@
 export * from './tenancy';
 export * from './catalog';
 export * from './runtime';
+export * from './actions';

@@ -1,3 +1,4 @@
+import { ACTIONS_ROUTES } from './actions';
 import { CELLS_ROUTES } from './cells';
 import { ENTITIES_ROUTES } from './entities';
 import { ENTITY_TYPES_ROUTES } from './entity-types';
@@ -5,6 +6,7 @@ import { FOUNDATION_ROUTES } from './foundation';
 import { RELATIONSHIP_TYPES_ROUTES } from './relationship-types';
 import { RELATIONSHIPS_ROUTES } from './relationships';
 import type { SecuredRoute } from './route';
+import { SECRETS_ROUTES } from './secrets';
 
 export { asOwner, fresh, matrixOwner, type SecuredRoute } from './route';
 
@@ -16,4 +18,6 @@ export const SECURED_ROUTES: SecuredRoute[] = [
   ...CELLS_ROUTES,
   ...ENTITIES_ROUTES,
   ...RELATIONSHIPS_ROUTES,
+  ...ACTIONS_ROUTES,
+  ...SECRETS_ROUTES,
 ];

@@ -1,0 +1,3 @@
+import type { SecuredRoute } from './route';
+
+export const ACTIONS_ROUTES: SecuredRoute[] = [];

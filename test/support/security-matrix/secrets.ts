@@ -1,0 +1,3 @@
+import type { SecuredRoute } from './route';
+
+export const SECRETS_ROUTES: SecuredRoute[] = [];

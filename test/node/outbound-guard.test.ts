@@ -92,3 +92,16 @@ describe('outbound URL guard', () => {
     expect(isPublicAddress('not-an-ip')).toBe(false);
   });
 });
+
+describe('the Node host resolver', () => {
+  it('feeds the guard the system resolver’s addresses', async () => {
+    const { resolveHost } = await import('../../src/node/resolve-host');
+    // /etc/hosts answers without a network
+    expect(await resolveHost('localhost')).toEqual(expect.arrayContaining([expect.stringMatching(/^(127\.0\.0\.1|::1)$/)]));
+    const verdict = await checkOutboundUrl('http://loopback-alias.localhost.example/x', {
+      allowedHosts: [],
+      resolve: async () => resolveHost('localhost'),
+    });
+    expect(verdict.ok).toBe(false);
+  });
+});

@@ -343,6 +343,17 @@ describe('actions', () => {
     });
   });
 
+  it('documents the routes and the definition schemas in /openapi.json', async () => {
+    const response = await api.call('GET', '/openapi.json');
+    expect(response.status).toBe(200);
+    expect(Object.keys(response.body.paths)).toEqual(
+      expect.arrayContaining(['/{o}/{p}/actions', '/{o}/{p}/actions/{name}', '/{o}/{p}/envs/{envName}/entities/{name}/actions']),
+    );
+    expect(Object.keys(response.body.components.schemas)).toEqual(
+      expect.arrayContaining(['Action', 'ActionRequest', 'ActionTrigger', 'ActionWebhookAuth', 'AvailableAction']),
+    );
+  });
+
   describe('GET ENV/entities/{name}/actions', () => {
     const typeName = 'server';
     const available = (entity: string, token = viewer, env = 'default') =>

@@ -1,0 +1,65 @@
+import { jwtVerify, SignJWT, errors } from 'jose';
+import type { Secret } from '../secret';
+
+/**
+ * The per-run callback token (SPEC Authentication 9): an HS256 JWT, made and
+ * checked by jose, that names one run of one tenant and expires with the run.
+ * Its key is derived from AUTH_SECRET for this purpose alone, so a token of
+ * another kind signed with AUTH_SECRET never passes as a callback token.
+ */
+
+export interface CallbackClaims {
+  runId: string;
+  orgId: string;
+  projectId: string;
+  envId: string;
+}
+
+const AUDIENCE = 'cellplane:run-callback';
+const ISSUER = 'cellplane';
+
+const keys = new Map<string, Promise<Uint8Array>>();
+
+/** HMAC-SHA256(AUTH_SECRET, label): a key per purpose from the one configured secret. */
+function callbackKey(authSecret: Secret): Promise<Uint8Array> {
+  const raw = authSecret.reveal();
+  let key = keys.get(raw);
+  if (!key) {
+    key = (async () => {
+      const hmacKey = await crypto.subtle.importKey('raw', new TextEncoder().encode(raw), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+      return new Uint8Array(await crypto.subtle.sign('HMAC', hmacKey, new TextEncoder().encode('cellplane run callback token v1')));
+    })();
+    keys.set(raw, key);
+  }
+  return key;
+}
+
+export async function signCallbackToken(authSecret: Secret, claims: CallbackClaims, expiresAt: Date): Promise<string> {
+  return new SignJWT({ org: claims.orgId, prj: claims.projectId, env: claims.envId })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setSubject(claims.runId)
+    .setAudience(AUDIENCE)
+    .setIssuer(ISSUER)
+    .setIssuedAt()
+    .setExpirationTime(Math.floor(expiresAt.getTime() / 1000))
+    .sign(await callbackKey(authSecret));
+}
+
+export type CallbackVerdict = { ok: true; claims: CallbackClaims } | { ok: false; reason: 'expired' | 'invalid' };
+
+/** Checks signature, audience, issuer and expiry (at `now`); the caller then matches the claims to the path's run. */
+export async function verifyCallbackToken(authSecret: Secret, token: string, now: Date): Promise<CallbackVerdict> {
+  try {
+    const { payload } = await jwtVerify(token, await callbackKey(authSecret), {
+      algorithms: ['HS256'],
+      audience: AUDIENCE,
+      issuer: ISSUER,
+      currentDate: now,
+    });
+    const { sub, org, prj, env } = payload as { sub?: unknown; org?: unknown; prj?: unknown; env?: unknown };
+    if ([sub, org, prj, env].some((value) => typeof value !== 'string')) return { ok: false, reason: 'invalid' };
+    return { ok: true, claims: { runId: sub as string, orgId: org as string, projectId: prj as string, envId: env as string } };
+  } catch (error) {
+    return { ok: false, reason: error instanceof errors.JWTExpired ? 'expired' : 'invalid' };
+  }
+}

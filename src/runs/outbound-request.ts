@@ -1,0 +1,85 @@
+import { SignJWT } from 'jose';
+import type { z } from '@hono/zod-openapi';
+import type { WebhookTrigger } from '../modules/actions/schemas';
+
+/**
+ * The HTTP request of one delivery attempt, from a webhook trigger whose
+ * strings are already interpolated (src/runs/interpolation.ts): method, URL,
+ * configured headers, the JSON payload, the trigger's auth, and the
+ * Standard Webhooks headers: `webhook-id` (the same for every attempt of a
+ * run, so receivers can drop duplicates), `webhook-timestamp`, and
+ * `webhook-signature` when the trigger names a signing secret.
+ */
+
+export type InterpolatedWebhookTrigger = z.output<typeof WebhookTrigger>;
+
+export interface OutboundRequest {
+  url: string;
+  method: string;
+  headers: Headers;
+  body: string | undefined;
+}
+
+export const USER_AGENT = 'Cellplane-Webhook/0.1';
+
+const utf8 = (text: string) => new TextEncoder().encode(text);
+
+function base64(bytes: Uint8Array): string {
+  let binary = '';
+  for (const byte of bytes) binary += String.fromCharCode(byte);
+  return btoa(binary);
+}
+
+/**
+ * Standard Webhooks: HMAC-SHA256 over `id.timestamp.body`, base64, as
+ * `v1,<signature>`. A `whsec_`-prefixed secret is base64 key material (the
+ * scheme's own format); any other secret is used as its UTF-8 bytes.
+ */
+export async function signWebhook(secret: string, id: string, timestamp: number, body: string): Promise<string> {
+  const keyBytes = secret.startsWith('whsec_') ? Uint8Array.from(atob(secret.slice(6)), (ch) => ch.charCodeAt(0)) : utf8(secret);
+  const key = await crypto.subtle.importKey('raw', keyBytes, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
+  const signature = new Uint8Array(await crypto.subtle.sign('HMAC', key, utf8(`${id}.${timestamp}.${body}`)));
+  return `v1,${base64(signature)}`;
+}
+
+async function authorization(auth: NonNullable<InterpolatedWebhookTrigger['auth']>, now: Date): Promise<[string, string]> {
+  switch (auth.type) {
+    case 'bearer':
+      return ['authorization', `Bearer ${auth.token}`];
+    case 'basic':
+      return ['authorization', `Basic ${base64(utf8(`${auth.username}:${auth.password}`))}`];
+    case 'header':
+      return [auth.name, auth.value];
+    case 'jwt': {
+      const issuedAt = Math.floor(now.getTime() / 1000);
+      const jwt = await new SignJWT({ ...(auth.claims ?? {}) })
+        .setProtectedHeader({ alg: auth.algorithm, typ: 'JWT' })
+        .setIssuedAt(issuedAt)
+        .setExpirationTime(issuedAt + auth.expiresInSeconds)
+        .sign(utf8(auth.secret));
+      return ['authorization', `Bearer ${jwt}`];
+    }
+  }
+}
+
+export async function buildOutboundRequest(
+  trigger: InterpolatedWebhookTrigger,
+  delivery: { webhookId: string; now: Date; signingSecret?: string },
+): Promise<OutboundRequest> {
+  const headers = new Headers({ 'user-agent': USER_AGENT });
+  for (const [name, value] of Object.entries(trigger.headers ?? {})) headers.set(name, value);
+  const hasBody = trigger.method !== 'GET' && trigger.payload !== undefined;
+  const body = hasBody ? JSON.stringify(trigger.payload) : undefined;
+  if (body !== undefined) headers.set('content-type', 'application/json');
+  if (trigger.auth) {
+    const [name, value] = await authorization(trigger.auth, delivery.now);
+    headers.set(name, value);
+  }
+  const timestamp = Math.floor(delivery.now.getTime() / 1000);
+  headers.set('webhook-id', delivery.webhookId);
+  headers.set('webhook-timestamp', String(timestamp));
+  if (delivery.signingSecret !== undefined) {
+    headers.set('webhook-signature', await signWebhook(delivery.signingSecret, delivery.webhookId, timestamp, body ?? ''));
+  }
+  return { url: trigger.url, method: trigger.method, headers, body };
+}

@@ -336,11 +336,29 @@ describe('actions', () => {
       expect(type.status).toBe(201);
       const name = freshName('uses-type');
       expect((await create(name, { entityType: typeName })).status).toBe(201);
-      expectError(await api.call('DELETE', `${typePath}/${typeName}`, { token: admin }), 409, 'still_referenced');
+      const refused = await api.call('DELETE', `${typePath}/${typeName}`, { token: admin });
+      expectError(refused, 409, 'still_referenced');
+      expect(refused.body.error).toContain(`"${name}"`);
       expect((await api.call('GET', `${path}/${name}`, { token: viewer })).status).toBe(200);
       expect((await api.call('DELETE', `${path}/${name}`, { token: admin })).status).toBe(200);
       expect((await api.call('DELETE', `${typePath}/${typeName}`, { token: admin })).status).toBe(200);
     });
+  });
+
+  it('an entity type cannot drop a state an action moves entities into: 409 still_referenced', async () => {
+    const typePath = `${proj}/entity-types`;
+    const typeName = freshName('stateful');
+    const definition = (states: string[]) => ({ kind: 'EntityType', name: typeName, states, initialState: 'idle' });
+    expect((await api.call('POST', typePath, { token: admin, body: definition(['idle', 'deployed', 'broken']) })).status).toBe(201);
+    const name = freshName('deploys');
+    expect((await create(name, { entityType: typeName, onSuccess: 'deployed', onFailure: 'broken' })).status).toBe(201);
+    for (const states of [['idle', 'broken'], ['idle', 'deployed']]) {
+      const refused = await api.call('PUT', `${typePath}/${typeName}`, { token: admin, body: definition(states) });
+      expectError(refused, 409, 'still_referenced');
+      expect(refused.body.error).toContain(`"${name}"`);
+    }
+    // adding a state is fine
+    expect((await api.call('PUT', `${typePath}/${typeName}`, { token: admin, body: definition(['idle', 'deployed', 'broken', 'paused']) })).status).toBe(200);
   });
 
   it('documents the routes and the definition schemas in /openapi.json', async () => {

@@ -2,7 +2,7 @@ import { and, asc, eq, inArray, notInArray, or, sql } from 'drizzle-orm';
 import { authorizeProject } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
-import { cells, entities, entityTypes, environments, relationshipTypes } from '../../db/schema';
+import { actions, cells, entities, entityTypes, environments, relationshipTypes } from '../../db/schema';
 import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
 import { DEFAULT_SYNC_MAX_AGE_SECONDS, type EntityTypeConstraint, type MetricDefinition, type SyncFreshness } from '../catalog-items';
@@ -199,6 +199,24 @@ export async function updateEntityType(
         `entity type "${name}": entities are still in the removed state(s) ${stranded.map((s) => `"${s.state}"`).join(', ')}`,
       );
     }
+    // an action that would move its entity into a removed state
+    const strandedActions = await tx
+      .select({ name: actions.name })
+      .from(actions)
+      .where(
+        and(
+          eq(actions.projectId, project.id),
+          eq(actions.entityTypeName, name),
+          or(notInArray(actions.onSuccess, columns.states), notInArray(actions.onFailure, columns.states)),
+        ),
+      )
+      .orderBy(asc(actions.name));
+    if (strandedActions.length > 0) {
+      throw new ApiError(
+        'still_referenced',
+        `entity type "${name}": action(s) ${strandedActions.map((a) => `"${a.name}"`).join(', ')} move entities into a removed state`,
+      );
+    }
     const before = uniqueKeys(current.constraints as EntityTypeConstraint[]);
     const after = uniqueKeys(columns.constraints);
     const uniqueChanged = before.size !== after.size || [...before].some((key) => !after.has(key));
@@ -220,7 +238,7 @@ export async function updateEntityType(
 
 /**
  * Deletes a type nothing refers to: no entity in any environment, no
- * relationship type (from or to) and no cell. The checks give the reason; the
+ * relationship type (from or to), no cell and no action. The checks give the reason; the
  * foreign key from `entities` (ON DELETE RESTRICT) still guards an entity
  * created between the check and the delete.
  */
@@ -260,6 +278,14 @@ export async function deleteEntityType(ctx: ServiceContext, ref: ProjectRef, nam
         .orderBy(asc(cells.name));
       if (referencingCells.length > 0) {
         throw stillReferenced(name, `cell(s) ${referencingCells.map((c) => `"${c.name}"`).join(', ')}`);
+      }
+      const referencingActions = await tx
+        .select({ name: actions.name })
+        .from(actions)
+        .where(and(eq(actions.projectId, project.id), eq(actions.entityTypeName, name)))
+        .orderBy(asc(actions.name));
+      if (referencingActions.length > 0) {
+        throw stillReferenced(name, `action(s) ${referencingActions.map((a) => `"${a.name}"`).join(', ')}`);
       }
       await tx.delete(entityTypes).where(eq(entityTypes.id, current.id));
     });

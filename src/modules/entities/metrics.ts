@@ -2,13 +2,14 @@ import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, inArray } from 'drizzle-orm';
 import { authorizeEnvironment } from '../../auth/access';
 import type { ServiceContext } from '../../context';
+import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityMetrics } from '../../db/schema';
 import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
 import { callerCellScope } from '../cells/membership';
 import { getEntityTypeDefinition } from '../entity-types/service';
 import { MAX_BATCH_METRIC_NAMES, type MetricValue } from './schemas';
-import { databaseError, entityForWrite, type EnvRef } from './service';
+import { entityForWrite, type EnvRef } from './service';
 
 /** Metric readings of entities: set one, read an entity's, read a batch. */
 
@@ -49,7 +50,7 @@ export async function setEntityMetric(
       .onConflictDoUpdate({ target: [entityMetrics.entityId, entityMetrics.name], set: { value, updatedAt: now } });
   } catch (err) {
     // the entity was deleted since it was read
-    if (databaseError(err)?.code === '23503') throw notFound(`entity "${name}"`);
+    if (databaseError(err)?.code === SQLSTATE.foreignKeyViolation) throw notFound(`entity "${name}"`);
     throw err;
   }
   return { entityName: row.name, metric, value, updatedAt: timestamp(now) };

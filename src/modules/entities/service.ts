@@ -1,6 +1,7 @@
 import { and, asc, eq, gt, gte, like, lt, sql, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment } from '../../auth/access';
 import type { ServiceContext } from '../../context';
+import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable, Tx } from '../../db/client';
 import { entities, entityUniqueKeys } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
@@ -156,26 +157,6 @@ async function claimUniqueKeys(tx: Tx, type: EntityTypeDefinition, row: EntityRo
     taken.map((key) => ({ path: `properties.${key.properties.join(',')}`, message: 'must be unique in the environment' })),
   );
 }
-
-// --- database errors ---------------------------------------------------------
-
-/** The Postgres error under a driver's wrapping (drizzle puts it in `cause`). */
-export function databaseError(err: unknown): { code: string; constraint?: string } | undefined {
-  let current = err;
-  for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth++) {
-    const candidate = current as { code?: unknown; constraint?: unknown; cause?: unknown };
-    if (typeof candidate.code === 'string' && /^[0-9A-Z]{5}$/.test(candidate.code)) {
-      return { code: candidate.code, constraint: typeof candidate.constraint === 'string' ? candidate.constraint : undefined };
-    }
-    current = candidate.cause;
-  }
-  return undefined;
-}
-
-const isViolationOf = (err: unknown, code: string, constraint: string) => {
-  const found = databaseError(err);
-  return found?.code === code && found.constraint === constraint;
-};
 
 // --- reads ---------------------------------------------------------------------
 
@@ -388,7 +369,7 @@ export async function updateEntity(ctx: ServiceContext, ref: EnvRef, name: strin
     try {
       [row] = (await tx.update(entities).set(changes).where(eq(entities.id, current.id)).returning()) as [EntityRow];
     } catch (err) {
-      if (isViolationOf(err, '23505', 'entities_env_name_unique')) {
+      if (violatedUniqueConstraint(err) === 'entities_env_name_unique') {
         throw new ApiError('already_exists', `entity "${input.name}" exists in environment "${env.name}"`);
       }
       throw err;

@@ -1,6 +1,7 @@
 import { and, asc, eq, inArray, notInArray, or, sql } from 'drizzle-orm';
 import { authorizeProject } from '../../auth/access';
 import type { ServiceContext } from '../../context';
+import { isForeignKeyRefusal } from '../../db/errors';
 import type { Queryable } from '../../db/client';
 import { actions, cells, entities, entityTypes, environments, relationshipTypes } from '../../db/schema';
 import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
@@ -298,17 +299,3 @@ export async function deleteEntityType(ctx: ServiceContext, ref: ProjectRef, nam
 
 const stillReferenced = (name: string, by: string) => new ApiError('still_referenced', `entity type "${name}" is still used by ${by}`);
 
-/**
- * A foreign key refused the delete, whichever driver raised it and however
- * drizzle wrapped it: 23001 restrict_violation (what ON DELETE RESTRICT
- * raises) or 23503 foreign_key_violation (NO ACTION).
- */
-function isForeignKeyRefusal(error: unknown): boolean {
-  let e = error;
-  for (let depth = 0; depth < 5 && typeof e === 'object' && e !== null; depth += 1) {
-    const code = (e as { code?: unknown }).code;
-    if (code === '23001' || code === '23503') return true;
-    e = (e as { cause?: unknown }).cause;
-  }
-  return false;
-}

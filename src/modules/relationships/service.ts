@@ -2,6 +2,7 @@ import { and, asc, eq, getTableColumns, or, sql, type SQL } from 'drizzle-orm';
 import { alias } from 'drizzle-orm/pg-core';
 import { authorizeEnvironment, isUuid } from '../../auth/access';
 import type { ServiceContext } from '../../context';
+import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable } from '../../db/client';
 import { entities, relationships } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
@@ -122,17 +123,6 @@ function validatedProperties(type: RelationshipTypeDefinition, values: Record<st
     );
   }
   return result.values;
-}
-
-/** The unique constraint a Postgres error (possibly wrapped by drizzle) violated, if it is one. */
-function violatedUniqueConstraint(error: unknown): string | undefined {
-  let current: unknown = error;
-  for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth += 1) {
-    const candidate = current as { code?: unknown; constraint?: unknown; cause?: unknown };
-    if (candidate.code === '23505') return typeof candidate.constraint === 'string' ? candidate.constraint : '';
-    current = candidate.cause;
-  }
-  return undefined;
 }
 
 export async function createRelationship(ctx: ServiceContext, ref: EnvRef, input: RelationshipCreate): Promise<Relationship> {

@@ -1,26 +1,20 @@
 import { sql } from 'drizzle-orm';
 import { foreignKey, integer, jsonb, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
 import { entityTypes } from './catalog';
-import { createdAt, id, optionalTimestamp } from './columns';
-import { environments, orgs, projects } from './tenancy';
+import { createdAt, id, updatedAt } from './columns';
+import { envId, orgId, projectId } from './tenancy';
 
 /**
  * Action definitions (DECISIONS §4) belong to the project's catalog;
  * secrets to one environment (DECISIONS §5).
  */
 
-const updatedAt = () => optionalTimestamp('updated_at').notNull().defaultNow();
-
 export const actions = pgTable(
   'actions',
   {
     id: id(),
-    orgId: uuid('org_id')
-      .notNull()
-      .references(() => orgs.id, { onDelete: 'cascade' }),
-    projectId: uuid('project_id')
-      .notNull()
-      .references(() => projects.id, { onDelete: 'cascade' }),
+    orgId: orgId(),
+    projectId: projectId(),
     name: text('name').notNull(),
     displayName: text('display_name'),
     description: text('description'),
@@ -56,9 +50,7 @@ export const environmentSecrets = pgTable(
     id: id(),
     orgId: uuid('org_id').notNull(),
     projectId: uuid('project_id').notNull(),
-    envId: uuid('env_id')
-      .notNull()
-      .references(() => environments.id, { onDelete: 'cascade' }),
+    envId: envId(),
     name: text('name').notNull(),
     /** base64 of IV (12 bytes) ‖ ciphertext ‖ GCM tag. */
     sealed: text('sealed').notNull(),

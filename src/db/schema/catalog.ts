@@ -1,23 +1,13 @@
 import { sql } from 'drizzle-orm';
-import { bigint, boolean, jsonb, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
-import { createdAt, id, optionalTimestamp } from './columns';
-import { orgs, projects } from './tenancy';
+import { bigint, boolean, jsonb, pgTable, text, unique } from 'drizzle-orm/pg-core';
+import { createdAt, id, updatedAt } from './columns';
+import { orgId, projectId } from './tenancy';
 
 /**
  * The catalog of a project: definitions shared by all its environments.
  * Item structures of the jsonb columns are DECISIONS §2; they are validated
  * by the modules' zod schemas before they reach these rows.
  */
-
-const updatedAt = () => optionalTimestamp('updated_at').notNull().defaultNow();
-const orgId = () =>
-  uuid('org_id')
-    .notNull()
-    .references(() => orgs.id, { onDelete: 'cascade' });
-const projectId = () =>
-  uuid('project_id')
-    .notNull()
-    .references(() => projects.id, { onDelete: 'cascade' });
 
 export const entityTypes = pgTable(
   'entity_types',

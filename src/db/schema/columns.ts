@@ -3,3 +3,4 @@ import { timestamp, uuid } from 'drizzle-orm/pg-core';
 export const id = () => uuid('id').primaryKey().defaultRandom();
 export const createdAt = () => timestamp('created_at', { withTimezone: true, mode: 'date' }).notNull().defaultNow();
 export const optionalTimestamp = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+export const updatedAt = () => optionalTimestamp('updated_at').notNull().defaultNow();

@@ -12,19 +12,13 @@ import {
   uuid,
 } from 'drizzle-orm/pg-core';
 import { cells, entityTypes, relationshipTypes } from './catalog';
-import { createdAt, id, optionalTimestamp } from './columns';
-import { environments } from './tenancy';
+import { createdAt, id, optionalTimestamp, updatedAt } from './columns';
+import { envId } from './tenancy';
 
 /**
  * The runtime data of an environment. Every row carries `env_id`; every
- * lookup filters by it (src/modules/environments/access.ts).
+ * lookup filters by it (src/auth/access.ts and the services).
  */
-
-const updatedAt = () => optionalTimestamp('updated_at').notNull().defaultNow();
-const envId = () =>
-  uuid('env_id')
-    .notNull()
-    .references(() => environments.id, { onDelete: 'cascade' });
 
 export const entities = pgTable(
   'entities',

@@ -2,6 +2,20 @@ import { sql } from 'drizzle-orm';
 import { bigint, check, index, integer, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
 import { createdAt, id, optionalTimestamp } from './columns';
 
+/** Tenant keys for the other tables: each row goes with its organization, project or environment. */
+export const orgId = () =>
+  uuid('org_id')
+    .notNull()
+    .references(() => orgs.id, { onDelete: 'cascade' });
+export const projectId = () =>
+  uuid('project_id')
+    .notNull()
+    .references(() => projects.id, { onDelete: 'cascade' });
+export const envId = () =>
+  uuid('env_id')
+    .notNull()
+    .references(() => environments.id, { onDelete: 'cascade' });
+
 export const orgs = pgTable('orgs', {
   id: id(),
   name: text('name').notNull(),
@@ -16,9 +30,7 @@ export const projects = pgTable(
   'projects',
   {
     id: id(),
-    orgId: uuid('org_id')
-      .notNull()
-      .references(() => orgs.id, { onDelete: 'cascade' }),
+    orgId: orgId(),
     name: text('name').notNull(),
     slug: text('slug').notNull(),
     createdAt: createdAt(),
@@ -30,12 +42,8 @@ export const environments = pgTable(
   'environments',
   {
     id: id(),
-    orgId: uuid('org_id')
-      .notNull()
-      .references(() => orgs.id, { onDelete: 'cascade' }),
-    projectId: uuid('project_id')
-      .notNull()
-      .references(() => projects.id, { onDelete: 'cascade' }),
+    orgId: orgId(),
+    projectId: projectId(),
     name: text('name').notNull(),
     /** The last change-log sequence handed out in this environment (runtime.ts, entity_changes). */
     changeSeq: bigint('change_seq', { mode: 'number' }).notNull().default(0),
@@ -61,12 +69,8 @@ export const serviceTokens = pgTable(
   'service_tokens',
   {
     id: id(),
-    orgId: uuid('org_id')
-      .notNull()
-      .references(() => orgs.id, { onDelete: 'cascade' }),
-    projectId: uuid('project_id')
-      .notNull()
-      .references(() => projects.id, { onDelete: 'cascade' }),
+    orgId: orgId(),
+    projectId: projectId(),
     name: text('name').notNull(),
     /** The readable start of the token (`cpl_` + 8 characters), for humans. */
     prefix: text('prefix').notNull(),

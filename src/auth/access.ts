@@ -117,7 +117,6 @@ async function loadTenancy(
   ref: { org: string; project: string; env?: string },
   db: Queryable,
 ): Promise<Tenancy> {
-  const envJoin = and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? ''));
   const state = ctx.callerState;
   if (!state.resolved) {
     const [row] = await tokenTenancyQuery(db, isUuid(ref.org), isUuid(ref.project), ctx.namedStatements).execute({
@@ -133,11 +132,12 @@ async function loadTenancy(
     }
     await resolveCaller(state, db, ctx.clock);
   }
+  // the slow path: bootstrap mode, or a token the prepared lookup did not match
   const [row] = await db
     .select({ org: orgs, project: projects, env: environments })
     .from(projects)
     .innerJoin(orgs, eq(orgs.id, projects.orgId))
-    .leftJoin(environments, envJoin)
+    .leftJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? '')))
     .where(and(orgMatches(ref.org), projectMatches(ref.project), isNull(orgs.deletedAt)))
     .limit(1);
   const caller = ctx.caller;

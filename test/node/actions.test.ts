@@ -1,7 +1,7 @@
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { actions, entities, entityMetrics } from '../../src/db/schema';
-import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
+import { createTenantWithRival, expectError, mintToken, type Tenant } from '../support/fixtures';
 import { createTestApi, manualClock, type TestApi } from '../support/node-app';
 
 const ACTION_FIELDS = [
@@ -56,14 +56,7 @@ describe('actions', () => {
 
   beforeAll(async () => {
     api = await createTestApi({ clock });
-    tenant = await createTenant(api);
-    other = await createTenant(api, { project: tenant.project.slug });
-    await api.call('POST', `/${tenant.org.slug}/${tenant.project.slug}/envs`, { body: { name: 'staging' } });
-    const owner = await mintToken(api, tenant, { role: 'owner' });
-    admin = await mintToken(api, tenant, { role: 'admin', as: owner });
-    viewer = await mintToken(api, tenant, { role: 'viewer', as: owner });
-    member = await mintToken(api, tenant, { role: 'member', as: owner });
-    otherOwner = await seedToken(api, other, 'owner');
+    ({ tenant, other, otherOwner, tokens: { admin, viewer, member } } = await createTenantWithRival(api, { environments: ['staging'] }));
     proj = `/${tenant.org.slug}/${tenant.project.slug}`;
     path = `${proj}/actions`;
     for (const [t, token] of [[tenant, admin], [other, otherOwner]] as const) {

@@ -2,7 +2,7 @@ import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cells, entities, environments, relationshipTypes } from '../../src/db/schema';
 import { createTestApi, manualClock, type TestApi } from '../support/node-app';
-import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
+import { createTenantWithRival, expectError, type Tenant } from '../support/fixtures';
 
 const ENTITY_TYPE_FIELDS = [
   'name', 'displayName', 'states', 'initialState', 'properties', 'metrics', 'constraints', 'syncTracked',
@@ -53,13 +53,7 @@ describe('entity types', () => {
 
   beforeAll(async () => {
     api = await createTestApi({ clock });
-    tenant = await createTenant(api);
-    other = await createTenant(api, { project: tenant.project.slug });
-    await api.call('POST', `/${tenant.org.slug}/${tenant.project.slug}/envs`, { body: { name: 'staging' } });
-    const owner = await mintToken(api, tenant, { role: 'owner' });
-    admin = await mintToken(api, tenant, { role: 'admin', as: owner });
-    viewer = await mintToken(api, tenant, { role: 'viewer', as: owner });
-    otherOwner = await seedToken(api, other, 'owner');
+    ({ tenant, other, otherOwner, tokens: { admin, viewer } } = await createTenantWithRival(api, { environments: ['staging'] }));
     path = `/${tenant.org.slug}/${tenant.project.slug}/entity-types`;
   });
   afterAll(() => api.close());

@@ -2,7 +2,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { relationships } from '../../src/db/schema';
 import { createTestApi, manualClock, type TestApi } from '../support/node-app';
-import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
+import { createTenantWithRival, expectError, type Tenant } from '../support/fixtures';
 
 const RELATIONSHIP_TYPE_FIELDS = [
   'name', 'displayName', 'cardinality', 'states', 'properties', 'constraints', 'fromEntityTypeName',
@@ -55,12 +55,7 @@ describe('relationship types', () => {
 
   beforeAll(async () => {
     api = await createTestApi({ clock });
-    tenant = await createTenant(api);
-    other = await createTenant(api, { project: tenant.project.slug });
-    const owner = await mintToken(api, tenant, { role: 'owner' });
-    admin = await mintToken(api, tenant, { role: 'admin', as: owner });
-    viewer = await mintToken(api, tenant, { role: 'viewer', as: owner });
-    otherOwner = await seedToken(api, other, 'owner');
+    ({ tenant, other, otherOwner, tokens: { admin, viewer } } = await createTenantWithRival(api));
     path = `/${tenant.org.slug}/${tenant.project.slug}/relationship-types`;
     envPath = `/${tenant.org.slug}/${tenant.project.slug}/envs/default`;
     for (const name of ['service', 'vm', 'database']) {

@@ -67,3 +67,31 @@ export async function seedToken(api: TestApi, tenant: Tenant, role: Role = 'owne
   await api.db.update(systemState).set({ bootstrapClosedAt: new Date() });
   return token;
 }
+
+export interface TenantWithRival {
+  tenant: Tenant;
+  /** Another organization whose project has the same slug as `tenant`'s. */
+  other: Tenant;
+  /** One token of `tenant` per role, the owner minted through the API (which closes bootstrap mode). */
+  tokens: Record<Role, string>;
+  /** An owner token of `other`, seeded. */
+  otherOwner: string;
+}
+
+/**
+ * The usual setup of a resource's tests: a tenant with a token per role, and a
+ * rival organization with a same-slug project for the cross-tenant cases.
+ * `environments` are created besides `default` while bootstrap mode is open.
+ */
+export async function createTenantWithRival(api: TestApi, options: { environments?: string[] } = {}): Promise<TenantWithRival> {
+  const tenant = await createTenant(api);
+  const other = await createTenant(api, { project: tenant.project.slug });
+  for (const name of options.environments ?? []) {
+    const env = await api.call('POST', `/${tenant.org.slug}/${tenant.project.slug}/envs`, { body: { name } });
+    expect(env.status).toBe(201);
+  }
+  const owner = await mintToken(api, tenant, { role: 'owner' });
+  const tokens = { owner } as Record<Role, string>;
+  for (const role of ['admin', 'member', 'viewer'] as const) tokens[role] = await mintToken(api, tenant, { role, as: owner });
+  return { tenant, other, tokens, otherOwner: await seedToken(api, other, 'owner') };
+}

@@ -4,6 +4,7 @@ import type { Queryable } from '../db/client';
 import { environments, orgs, projects, serviceTokens } from '../db/schema';
 import { ApiError, notFound } from '../http/errors';
 import { pinnedEnvName, resolveCaller, tokenCaller, tokenCallerColumns } from './caller';
+import { isUuid } from '../modules/names';
 import { roleAllows, type Permission } from './permissions';
 
 /**
@@ -21,8 +22,10 @@ export type OrgRow = typeof orgs.$inferSelect;
 export type ProjectRow = typeof projects.$inferSelect;
 export type EnvironmentRow = typeof environments.$inferSelect;
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-export const isUuid = (value: string) => UUID.test(value);
+/** What a project-scoped path names: organization and project, each by id or slug. */
+export type ProjectRef = { org: string; project: string };
+/** What an environment-scoped path names. */
+export type EnvRef = ProjectRef & { env: string };
 
 const orgMatches = (ref: string): SQL => (isUuid(ref) ? eq(orgs.id, ref) : eq(orgs.slug, ref));
 const projectMatches = (ref: string): SQL => (isUuid(ref) ? eq(projects.id, ref) : eq(projects.slug, ref));
@@ -164,7 +167,7 @@ export async function loadProject(
 /** Project-scoped access: the project is visible and the caller's role holds `permission`. */
 export async function authorizeProject(
   ctx: ServiceContext,
-  ref: { org: string; project: string },
+  ref: ProjectRef,
   permission: Permission,
   db: Queryable = ctx.db,
 ): Promise<{ org: OrgRow; project: ProjectRow }> {
@@ -176,7 +179,7 @@ export async function authorizeProject(
 /** Environment-scoped access: project access plus the token's environment pin. */
 export async function authorizeEnvironment(
   ctx: ServiceContext,
-  ref: { org: string; project: string; env: string },
+  ref: EnvRef,
   permission: Permission,
   db: Queryable = ctx.db,
 ): Promise<{ org: OrgRow; project: ProjectRow; env: EnvironmentRow }> {

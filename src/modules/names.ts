@@ -16,6 +16,9 @@ export const ResourceName = z
 
 const UUID_SHAPED = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** Ids and slugs share path segments: a UUID-shaped segment is an id. */
+export const isUuid = (value: string) => UUID_SHAPED.test(value);
+
 /** First path segments the API itself uses: an organization may not take them as its slug. */
 export const RESERVED_SLUGS = new Set([
   'admin', 'api', 'auth', 'docs', 'github', 'healthz', 'notifications', 'openapi.json', 'orgs', 'user', 'webhooks',
@@ -26,7 +29,7 @@ export const Slug = z
   .min(1)
   .max(63)
   .regex(/^[a-z0-9][a-z0-9-]*$/, { message: 'must be lowercase letters, digits and hyphens, starting with a letter or digit' })
-  .refine((slug) => !UUID_SHAPED.test(slug), { message: 'must not look like a UUID (ids and slugs share the path)' })
+  .refine((slug) => !isUuid(slug), { message: 'must not look like a UUID (ids and slugs share the path)' })
   .openapi({ example: 'acme' });
 
 export const OrgSlug = Slug.refine((slug) => !RESERVED_SLUGS.has(slug), { message: 'is reserved by the API' });

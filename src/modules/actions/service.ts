@@ -1,5 +1,5 @@
 import { and, asc, eq } from 'drizzle-orm';
-import { authorizeEnvironment, authorizeProject } from '../../auth/access';
+import { authorizeEnvironment, authorizeProject, type EnvRef, type ProjectRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { actions, entityMetrics } from '../../db/schema';
@@ -7,14 +7,12 @@ import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
 import { failedConstraint, type CellConstraint, type ConstraintSubject } from '../catalog-items';
 import { callerCellScope } from '../cells/membership';
-import { visibleEntity, type EnvRef } from '../entities/service';
+import { visibleEntity } from '../entities/service';
 import { getEntityTypeDefinition } from '../entity-types/service';
 import type { PropertyDefinition } from '../properties';
 import { REDACTED, SECRET_REFERENCE, type Action, type ActionRequest, type ActionTrigger, type AvailableAction } from './schemas';
 
 type ActionRow = typeof actions.$inferSelect;
-type ProjectRef = { org: string; project: string };
-
 const DEFAULT_TIMEOUT_MINUTES = 60;
 
 /**

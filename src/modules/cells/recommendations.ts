@@ -1,5 +1,5 @@
 import { eq, inArray, sql } from 'drizzle-orm';
-import { authorizeProject } from '../../auth/access';
+import { authorizeProject, type ProjectRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { cells, entityMetrics } from '../../db/schema';
@@ -10,8 +10,6 @@ import { getEntityTypeDefinition } from '../entity-types/service';
 import { getCell, type CellRow } from './membership';
 import type { CellEnvQuery, CellRecommendation, CellRecommendations } from './schemas';
 import { memberRows, resolveCellEnvironment } from './service';
-
-type ProjectRef = { org: string; project: string };
 
 interface Candidate {
   entity: EntityRow;

@@ -1,5 +1,11 @@
 import { and, asc, eq, sql } from 'drizzle-orm';
-import { assertEnvironmentPin, authorizeProject, type EnvironmentRow, type ProjectRow } from '../../auth/access';
+import {
+  assertEnvironmentPin,
+  authorizeProject,
+  type EnvironmentRow,
+  type ProjectRef,
+  type ProjectRow,
+} from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable, Tx } from '../../db/client';
 import { cellMembers, cells, entities, environments } from '../../db/schema';
@@ -13,8 +19,6 @@ import { DEFAULT_ENVIRONMENT } from '../projects/service';
 import { getRelationshipTypeDefinition, type RelationshipTypeDefinition } from '../relationship-types/service';
 import { assertEntityInScope, callerCellScope, cellMembershipCondition, getCell, type CellRow, type DerivedFrom } from './membership';
 import { DEFAULT_PLACEMENT_POLICY, type Cell, type CellEnvQuery, type CellMemberAdd, type CellRequest } from './schemas';
-
-type ProjectRef = { org: string; project: string };
 
 export const toCell = (row: CellRow): Cell => ({
   name: row.name,

@@ -1,6 +1,6 @@
 import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, inArray } from 'drizzle-orm';
-import { authorizeEnvironment } from '../../auth/access';
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityMetrics } from '../../db/schema';
@@ -9,7 +9,7 @@ import { timestamp } from '../../http/openapi';
 import { callerCellScope } from '../cells/membership';
 import { getEntityTypeDefinition } from '../entity-types/service';
 import { MAX_BATCH_METRIC_NAMES, type MetricValue } from './schemas';
-import { entityForWrite, type EnvRef } from './service';
+import { entityForWrite } from './service';
 
 /** Metric readings of entities: set one, read an entity's, read a batch. */
 

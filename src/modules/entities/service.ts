@@ -1,5 +1,5 @@
 import { and, asc, eq, gt, gte, like, lt, sql, type SQL } from 'drizzle-orm';
-import { authorizeEnvironment } from '../../auth/access';
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable, Tx } from '../../db/client';
@@ -53,8 +53,6 @@ export const toEntity = (row: EntityRow): Entity => ({
  * Nothing here queries `ctx.db` while a transaction is open: on PGlite (one
  * session) that would wait forever (ARCHITECTURE.md).
  */
-
-export type EnvRef = { org: string; project: string; env: string };
 
 /** How far ahead of the server's clock a reported sync time may be (clients' clocks drift). */
 export const MAX_CLOCK_SKEW_MS = 5 * 60 * 1000;

@@ -1,6 +1,6 @@
 import type { z } from '@hono/zod-openapi';
 import { eq } from 'drizzle-orm';
-import { authorizeEnvironment } from '../../auth/access';
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { entities } from '../../db/schema';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
@@ -9,7 +9,7 @@ import { DEFAULT_SYNC_MAX_AGE_SECONDS } from '../catalog-items';
 import { callerCellScope } from '../cells/membership';
 import { getEntityTypeDefinition } from '../entity-types/service';
 import type { EntityDriftStatus, SyncStampResult } from './schemas';
-import { entityForWrite, notInFuture, toEntity, visibleEntity, type EntityRow, type EnvRef } from './service';
+import { entityForWrite, notInFuture, toEntity, visibleEntity, type EntityRow } from './service';
 
 /** Sync stamps (who last saw the entity as it is) and the drift they imply. */
 

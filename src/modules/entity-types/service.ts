@@ -1,5 +1,5 @@
 import { and, asc, eq, inArray, notInArray, or, sql } from 'drizzle-orm';
-import { authorizeProject } from '../../auth/access';
+import { authorizeProject, type ProjectRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { isForeignKeyRefusal } from '../../db/errors';
 import type { Queryable } from '../../db/client';
@@ -42,8 +42,6 @@ export async function getEntityTypeDefinition(
   if (!row) throw notFound(`entity type "${name}"`);
   return row as EntityTypeDefinition;
 }
-
-type ProjectRef = { org: string; project: string };
 
 const toEntityType = (row: EntityTypeRow): EntityType => {
   const definition = row as EntityTypeDefinition;

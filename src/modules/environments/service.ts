@@ -1,14 +1,12 @@
 import type { z } from '@hono/zod-openapi';
 import { and, asc, eq } from 'drizzle-orm';
-import { authorizeProject, type EnvironmentRow } from '../../auth/access';
+import { authorizeProject, type EnvironmentRow, type ProjectRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { environments } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
 import { DEFAULT_ENVIRONMENT } from '../projects/service';
 import type { Environment } from './schemas';
-
-type ProjectRef = { org: string; project: string };
 
 const toEnvironment = (env: EnvironmentRow): z.infer<typeof Environment> => ({
   id: env.id,

@@ -1,5 +1,5 @@
 import { and, asc, eq, inArray, notInArray } from 'drizzle-orm';
-import { authorizeProject } from '../../auth/access';
+import { authorizeProject, type ProjectRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { environments, relationships, relationshipTypes } from '../../db/schema';
@@ -38,8 +38,6 @@ export async function getRelationshipTypeDefinition(
   if (!row) throw notFound(`relationship type "${name}"`);
   return row as RelationshipTypeDefinition;
 }
-
-type ProjectRef = { org: string; project: string };
 
 const toRelationshipType = (row: RelationshipTypeRow): RelationshipType => ({
   name: row.name,

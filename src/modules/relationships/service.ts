@@ -1,6 +1,7 @@
 import { and, asc, eq, getTableColumns, or, sql, type SQL } from 'drizzle-orm';
 import { alias } from 'drizzle-orm/pg-core';
-import { authorizeEnvironment, isUuid } from '../../auth/access';
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
+import { isUuid } from '../names';
 import type { ServiceContext } from '../../context';
 import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable } from '../../db/client';
@@ -33,7 +34,6 @@ import type {
  * inside the write's transaction.
  */
 
-type EnvRef = { org: string; project: string; env: string };
 type RelationshipRow = typeof relationships.$inferSelect;
 type EntityRow = typeof entities.$inferSelect;
 

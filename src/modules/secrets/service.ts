@@ -1,6 +1,6 @@
 import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, inArray, sql } from 'drizzle-orm';
-import { authorizeEnvironment } from '../../auth/access';
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
 import { openSecret, sealSecret, SealedSecretError, type SealContext } from '../../auth/crypto';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
@@ -18,7 +18,6 @@ import type { SecretInfo } from './schemas';
  * needs tokens:manage and honours a token's environment pin.
  */
 
-type EnvRef = { org: string; project: string; env: string };
 type Info = z.infer<typeof SecretInfo>;
 
 const infoColumns = {

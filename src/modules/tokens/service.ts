@@ -1,6 +1,6 @@
 import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, isNull, sql } from 'drizzle-orm';
-import { authorizeProject } from '../../auth/access';
+import { authorizeProject, type ProjectRef } from '../../auth/access';
 import { roleCovers } from '../../auth/permissions';
 import { generateServiceToken, hashServiceToken } from '../../auth/service-token';
 import type { ServiceContext } from '../../context';
@@ -9,7 +9,6 @@ import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import type { MintedServiceToken, ServiceToken, ServiceTokenCreate } from './schemas';
 
-type ProjectRef = { org: string; project: string };
 type TokenRow = typeof serviceTokens.$inferSelect;
 
 const toServiceToken = (row: TokenRow, envName: string | null): z.infer<typeof ServiceToken> => ({

@@ -2,3 +2,4 @@ export * from './tenancy';
 export * from './catalog';
 export * from './runtime';
 export * from './actions';
+export * from './runs';

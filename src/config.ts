@@ -81,6 +81,18 @@ const ConfigSchema = z.object({
   LOG_LEVEL: z
     .enum(['debug', 'info', 'warn', 'error'], { message: 'expects debug, info, warn or error' })
     .default('info'),
+  // tuning of the run engine (docs/decisions.md, Runs); the defaults are DECISIONS §4's
+  DELIVERY_ATTEMPT_TIMEOUT_SECONDS: z.coerce
+    .number({ message: 'expects an integer from 1 to 60' })
+    .int({ message: 'expects an integer from 1 to 60' })
+    .min(1, { message: 'expects an integer from 1 to 60' })
+    .max(60, { message: 'expects an integer from 1 to 60' })
+    .default(10),
+  DELIVERY_LEASE_SECONDS: z.coerce
+    .number({ message: 'expects a whole number of seconds' })
+    .int({ message: 'expects a whole number of seconds' })
+    .positive({ message: 'expects a whole number of seconds' })
+    .optional(),
 });
 
 type ParsedConfig = z.output<typeof ConfigSchema>;
@@ -103,6 +115,10 @@ export interface Config {
   superAdminEmails: string[];
   rateLimitPerMinute: number;
   logLevel: ParsedConfig['LOG_LEVEL'];
+  /** Each outbound attempt's timeout (DECISIONS §4: 10 s). */
+  deliveryAttemptTimeoutMs: number;
+  /** How long a worker holds a delivery job: always longer than an attempt can take. */
+  deliveryLeaseMs: number;
   version: string;
 }
 
@@ -141,6 +157,15 @@ export function loadConfig(env: Env): Config {
     throw new ConfigError(problems);
   }
   const c = result.data;
+  const leaseSeconds = c.DELIVERY_LEASE_SECONDS ?? c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS + 20;
+  if (leaseSeconds <= c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS) {
+    throw new ConfigError([
+      {
+        variable: 'DELIVERY_LEASE_SECONDS',
+        expects: `must be longer than DELIVERY_ATTEMPT_TIMEOUT_SECONDS (${c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS}), or a live worker's job could be taken from it`,
+      },
+    ]);
+  }
   const app = [c.CODEHOST_APP_ID, c.CODEHOST_APP_NAME, c.CODEHOST_APP_PRIVATE_KEY, c.CODEHOST_APP_WEBHOOK_SECRET];
   return {
     deployment: c.SERVICE_DEPLOYMENT,
@@ -165,6 +190,8 @@ export function loadConfig(env: Env): Config {
     superAdminEmails: c.SUPER_ADMIN_EMAILS,
     rateLimitPerMinute: c.RATE_LIMIT_PER_MINUTE,
     logLevel: c.LOG_LEVEL,
+    deliveryAttemptTimeoutMs: c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS * 1000,
+    deliveryLeaseMs: leaseSeconds * 1000,
     version: VERSION,
   };
 }

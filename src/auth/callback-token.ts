@@ -34,13 +34,17 @@ function callbackKey(authSecret: Secret): Promise<Uint8Array> {
   return key;
 }
 
-export async function signCallbackToken(authSecret: Secret, claims: CallbackClaims, expiresAt: Date): Promise<string> {
+/**
+ * `issuedAt` defaults to now; the run engine passes the run's creation time,
+ * so every attempt of a run carries the same token (and the same body).
+ */
+export async function signCallbackToken(authSecret: Secret, claims: CallbackClaims, expiresAt: Date, issuedAt?: Date): Promise<string> {
   return new SignJWT({ org: claims.orgId, prj: claims.projectId, env: claims.envId })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.runId)
     .setAudience(AUDIENCE)
     .setIssuer(ISSUER)
-    .setIssuedAt()
+    .setIssuedAt(issuedAt ? Math.floor(issuedAt.getTime() / 1000) : undefined)
     .setExpirationTime(Math.floor(expiresAt.getTime() / 1000))
     .sign(await callbackKey(authSecret));
 }

@@ -1,0 +1,145 @@
+import { reapTimedOutRuns } from '../runs/completion';
+import { claimDueJobs, runDeliveryAttempt } from '../runs/delivery';
+import type { RunEngine } from '../runs/engine';
+
+export interface JobRunnerOptions {
+  /** How often the job table is polled when nothing woke the runner: the sweep that finds every due job. */
+  pollIntervalMs: number;
+  /** How often timed-out runs are reaped. */
+  reapIntervalMs: number;
+  /** Attempts in flight at once. */
+  concurrency: number;
+}
+
+export const DEFAULT_JOB_RUNNER_OPTIONS: JobRunnerOptions = { pollIntervalMs: 1000, reapIntervalMs: 30_000, concurrency: 8 };
+
+/**
+ * The Node host's delivery worker (QUEUE_DRIVER=pg): due jobs are taken from
+ * the job table with FOR UPDATE SKIP LOCKED and a lease (src/runs/delivery.ts),
+ * so several processes on one database share the work and a killed one's
+ * jobs are taken up when its leases run out. A trigger wakes the runner at
+ * once (`nudge`); the poll catches everything else: retries coming due, jobs
+ * of another process, jobs left by a crash. The reaper runs on its own timer.
+ */
+export class JobRunner {
+  readonly #engine: RunEngine;
+  readonly #options: JobRunnerOptions;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #timers = new Set<ReturnType<typeof setTimeout>>();
+  #pollTimer: ReturnType<typeof setInterval> | undefined;
+  #reapTimer: ReturnType<typeof setInterval> | undefined;
+  #polling: Promise<void> | undefined;
+  #pollAgain = false;
+  #running = false;
+
+  constructor(engine: RunEngine, options: Partial<JobRunnerOptions> = {}) {
+    this.#engine = engine;
+    this.#options = { ...DEFAULT_JOB_RUNNER_OPTIONS, ...options };
+  }
+
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
+    this.#pollTimer = setInterval(() => this.nudge(), this.#options.pollIntervalMs);
+    this.#reapTimer = setInterval(() => void this.reap(), this.#options.reapIntervalMs);
+    this.nudge();
+    void this.reap();
+  }
+
+  /** Look at the job table now (a trigger just committed a job, or a retry came due). */
+  nudge(): void {
+    if (!this.#running) return;
+    void this.#poll();
+  }
+
+  /** Fails the runs past their timeout; safe to run anywhere, any number of times. */
+  async reap(): Promise<string[]> {
+    try {
+      const reaped = await reapTimedOutRuns(this.#engine.db, this.#engine.clock);
+      if (reaped.length > 0) this.#engine.logger.info('reaped timed-out runs', { count: reaped.length, runIds: reaped });
+      return reaped;
+    } catch (error) {
+      this.#engine.logger.error('reaper failed', { error });
+      return [];
+    }
+  }
+
+  /**
+   * Every job due now, delivered, and the attempts they led to that are due
+   * by then too, until nothing due is left. For tests and tools; the running
+   * host uses nudge().
+   */
+  async drain(): Promise<void> {
+    for (;;) {
+      const jobs = await claimDueJobs(this.#engine, this.#options.concurrency);
+      if (jobs.length === 0 && this.#inFlight.size === 0) return;
+      for (const job of jobs) this.#track(job);
+      await Promise.all([...this.#inFlight]);
+    }
+  }
+
+  /** Stops taking jobs and waits for the attempts in flight to be recorded. */
+  async stop(): Promise<void> {
+    this.#running = false;
+    clearInterval(this.#pollTimer);
+    clearInterval(this.#reapTimer);
+    for (const timer of this.#timers) clearTimeout(timer);
+    this.#timers.clear();
+    await this.#polling;
+    await Promise.all([...this.#inFlight]);
+  }
+
+  #poll(): Promise<void> {
+    if (this.#polling) {
+      this.#pollAgain = true;
+      return this.#polling;
+    }
+    this.#polling = (async () => {
+      try {
+        do {
+          this.#pollAgain = false;
+          const free = this.#options.concurrency - this.#inFlight.size;
+          if (free <= 0) break;
+          const jobs = await claimDueJobs(this.#engine, free);
+          for (const job of jobs) this.#track(job);
+          if (jobs.length === free) this.#pollAgain = true;
+        } while (this.#pollAgain && this.#running);
+      } catch (error) {
+        this.#engine.logger.error('delivery poll failed', { error });
+      } finally {
+        this.#polling = undefined;
+      }
+    })();
+    return this.#polling;
+  }
+
+  #track(job: Parameters<typeof runDeliveryAttempt>[1]): void {
+    const attempt = runDeliveryAttempt(this.#engine, job).then(
+      (result) => {
+        if (result.kind === 'retry') this.#wakeAt(result.runAt);
+      },
+      (error) => {
+        // the lease runs out and the job is taken up again
+        this.#engine.logger.error('delivery attempt failed to run', { runId: job.runId, attempt: job.attempt, error });
+      },
+    );
+    const tracked = attempt.finally(() => {
+      this.#inFlight.delete(tracked);
+      // a slot is free: there may be more due jobs than slots
+      this.nudge();
+    });
+    this.#inFlight.add(tracked);
+  }
+
+  #wakeAt(runAt: Date): void {
+    if (!this.#running) return;
+    const delay = Math.max(0, runAt.getTime() - this.#engine.clock.now().getTime());
+    // the poll catches anything further out
+    if (delay >= this.#options.pollIntervalMs) return;
+    const timer = setTimeout(() => {
+      this.#timers.delete(timer);
+      this.nudge();
+    }, delay);
+    this.#timers.add(timer);
+  }
+}

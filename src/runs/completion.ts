@@ -1,0 +1,127 @@
+import { and, eq, inArray, sql } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { actionRuns, ACTIVE_RUN_STATUSES, deliveryJobs } from '../db/schema';
+import type { Logger } from '../logger';
+import { moveEntityState } from '../modules/entities/state-move';
+import type { Clock } from '../platform';
+import { DELIVERY_PREFIX } from './delivery';
+
+/**
+ * The terminal transitions of a run (SPEC "ActionRun status"). Each is one
+ * guarded UPDATE ... WHERE status IN (<the states it may leave>), so of a
+ * callback, a cancel, a reaper and a failing delivery racing for one run,
+ * exactly one moves it; the others find nothing to move. Whoever ends a run
+ * also drops its delivery job, in the same transaction.
+ */
+
+export type RunRow = typeof actionRuns.$inferSelect;
+
+export type Transition = { ok: true; run: RunRow } | { ok: false; run: RunRow | undefined };
+
+const active = inArray(actionRuns.status, [...ACTIVE_RUN_STATUSES]);
+
+async function current(db: Db, runId: string, envId: string): Promise<RunRow | undefined> {
+  const [run] = await db
+    .select()
+    .from(actionRuns)
+    .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId)))
+    .limit(1);
+  return run;
+}
+
+/** pending → cancelled; a run in any other state is left as it is. */
+export async function cancelRun(db: Db, clock: Clock, runId: string, envId: string): Promise<Transition> {
+  const cancelled = await db.transaction(async (tx) => {
+    const [run] = await tx
+      .update(actionRuns)
+      .set({ status: 'cancelled', completedAt: clock.now() })
+      .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId), eq(actionRuns.status, 'pending')))
+      .returning();
+    if (run) await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
+    return run;
+  });
+  return cancelled ? { ok: true, run: cancelled } : { ok: false, run: await current(db, runId, envId) };
+}
+
+export type CallbackResult = { status: 'succeeded'; output?: unknown } | { status: 'failed'; error: string; output?: unknown };
+
+/**
+ * active → succeeded / failed, as the external workflow reports; the entity
+ * moves to the action's onSuccess / onFailure in the same transaction.
+ */
+export async function completeRun(
+  db: Db,
+  deps: { clock: Clock; logger: Logger },
+  runId: string,
+  envId: string,
+  result: CallbackResult,
+): Promise<Transition> {
+  const completed = await db.transaction(async (tx) => {
+    const [run] = await tx
+      .update(actionRuns)
+      .set({
+        status: result.status,
+        completedAt: deps.clock.now(),
+        output: result.output === undefined ? null : result.output,
+        error: result.status === 'failed' ? result.error : null,
+      })
+      .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId), active))
+      .returning();
+    if (!run) return undefined;
+    await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
+    const target = result.status === 'succeeded' ? run.onSuccess : run.onFailure;
+    if (target !== null && run.entityId !== null) {
+      const move = await moveEntityState(tx, deps.clock, run.entityId, target);
+      if (!move.moved && move.reason === 'state-not-declared') {
+        deps.logger.warn('run completed without moving its entity: the state is no longer one of its type', {
+          runId: run.id,
+          state: target,
+        });
+      }
+    }
+    return run;
+  });
+  return completed ? { ok: true, run: completed } : { ok: false, run: await current(db, runId, envId) };
+}
+
+/**
+ * Active runs past their deadline become failed, in one statement; run
+ * twice, or by two reapers at once, it fails each run once. A run still
+ * pending never got its trigger delivered, and its error says so.
+ */
+export async function reapTimedOutRuns(db: Db, clock: Clock): Promise<string[]> {
+  const now = clock.now();
+  const result = await db.execute(sql`
+    with reaped as (
+      update ${actionRuns}
+      set status = 'failed',
+          completed_at = ${now},
+          error = case when status = 'pending'
+            then ${`${DELIVERY_PREFIX} timed out after `} || timeout_minutes || ' minutes before the trigger could be delivered'
+            else 'timed out after ' || timeout_minutes || ' minutes without a completion'
+          end
+      where status in ('pending', 'running') and timeout_at <= ${now}
+      returning id
+    ), dropped as (
+      delete from ${deliveryJobs} where run_id in (select id from reaped)
+    )
+    select id from reaped`);
+  return (result as unknown as { rows: { id: string }[] }).rows.map((row) => row.id);
+}
+
+/** Worker: a delivery message that failed in the consumer past the queue's retries. */
+export async function failDeadLettered(db: Db, clock: Clock, runId: string): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    const [run] = await tx
+      .update(actionRuns)
+      .set({
+        status: 'failed',
+        completedAt: clock.now(),
+        error: `${DELIVERY_PREFIX} the delivery could not be processed (its queue message was dead-lettered after repeated consumer failures)`,
+      })
+      .where(and(eq(actionRuns.id, runId), active))
+      .returning({ id: actionRuns.id });
+    await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, runId));
+    return run !== undefined;
+  });
+}

@@ -9,6 +9,7 @@ import { ApiError } from './http/errors';
 import { handleError } from './http/error-handler';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
 import type { Platform } from './platform';
+import { actionRunCallbackRoutes, actionRunRoutes, CALLBACK_PATH } from './modules/action-runs/routes';
 import { actionRoutes } from './modules/actions/routes';
 import { cellRoutes } from './modules/cells/routes';
 import { entityRoutes } from './modules/entities/routes';
@@ -89,6 +90,17 @@ export function createApp(platform: Platform) {
   let docsPage: string | undefined;
   app.get('/docs', (c) => c.html((docsPage ??= renderDocsPage(app.getOpenAPI31Document(documentConfig)))));
 
+  app.openAPIRegistry.registerComponent('securitySchemes', 'callbackToken', {
+    type: 'http',
+    scheme: 'bearer',
+    description: "An action run's callback token (`{{ run.callbackToken }}`), valid for that run only, until its timeout.",
+  });
+  // the run callback checks its own token, so it answers before the service-token check below
+  const callbacks = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
+  callbacks.use(CALLBACK_PATH, limitBody(), parseJsonBody(), requestContext(platform, { authenticate: false }));
+  callbacks.route('/', actionRunCallbackRoutes);
+  app.route('/', callbacks);
+
   const api = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
   api.use('*', onMatchedRoutes(limitBody()), onMatchedRoutes(parseJsonBody()), onMatchedRoutes(requestContext(platform)));
   api.route('/', orgRoutes);
@@ -102,6 +114,7 @@ export function createApp(platform: Platform) {
   api.route('/', relationshipRoutes);
   api.route('/', actionRoutes);
   api.route('/', secretRoutes);
+  api.route('/', actionRunRoutes);
   app.route('/', api);
 
   return app;

@@ -1,7 +1,7 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
-import type { BootstrapMemo, Clock } from './platform';
+import type { BootstrapMemo, Clock, DeliveryScheduler } from './platform';
 import type { CallerState } from './auth/caller';
 import type { Role } from './auth/permissions';
 
@@ -41,6 +41,7 @@ export interface ServiceContext {
   readonly bootstrap: BootstrapMemo;
   /** See Platform.namedStatements. */
   readonly namedStatements: boolean;
+  readonly deliveries: DeliveryScheduler;
   readonly requestId: string;
 }
 

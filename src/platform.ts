@@ -29,6 +29,16 @@ export interface BootstrapMemo {
   closed: boolean;
 }
 
+/**
+ * The `deliveries` port: told, after the commit that wrote a delivery job,
+ * that the job is due at `runAt`. Worker: a queue message; Node: a wake-up
+ * of the job runner. A failure here loses nothing: the job row is the truth,
+ * and the sweep (cron or poll) finds every due job.
+ */
+export interface DeliveryScheduler {
+  schedule(job: { runId: string; attempt: number; runAt: Date }): Promise<void>;
+}
+
 export interface Platform {
   config: Config;
   logger: Logger;
@@ -43,4 +53,5 @@ export interface Platform {
    * connection collides with the next one's.
    */
   namedStatements: boolean;
+  deliveries: DeliveryScheduler;
 }

@@ -4,6 +4,7 @@ import { ConfigError, loadConfig, type Config } from './config';
 import type { Db } from './db/client';
 import * as schema from './db/schema';
 import { createLogger, type Logger, type LogSink } from './logger';
+import { delaySecondsUntil, type DeliveryQueue } from './runs/queue';
 import { systemClock, type BootstrapMemo, type DatabaseLease, type Platform } from './platform';
 
 /**
@@ -81,8 +82,19 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
     bootstrap,
     // through the local proxy the server may be PGlite, one session for every connection
     namedStatements: localProxy === undefined,
+    deliveries: {
+      schedule: (job) =>
+        deliveryQueue(env).send({ runId: job.runId, attempt: job.attempt }, { delaySeconds: delaySecondsUntil(job.runAt, new Date()) }),
+    },
   };
 }
+
+/** The DELIVERIES binding as the run engine's queue port. */
+export const deliveryQueue = (env: WorkerEnv): DeliveryQueue => ({
+  send: async (message, options) => {
+    await env.DELIVERIES.send(message, options);
+  },
+});
 
 /** How long a released Pool may take to close its connections before the request lets go anyway. */
 const POOL_CLOSE_GRACE_MS = 5_000;

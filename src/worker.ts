@@ -1,31 +1,67 @@
 import { createApp, type App } from './app';
 import { ConfigError } from './config';
-import { createWorkerPlatform, type WorkerEnv } from './worker-platform';
+import type { Platform } from './platform';
+import { createRunEngine, type RunEngine } from './runs/engine';
+import { consumeDeadLetters, consumeDeliveries, scheduledTick } from './runs/queue';
+import { createWorkerPlatform, deliveryQueue, type WorkerEnv } from './worker-platform';
 
 export { EnvironmentStream } from '../durable-objects/environment-stream';
 export type { WorkerEnv } from './worker-platform';
 
 /**
- * Cloudflare Worker host. The config and the app are built once per isolate,
- * on the first request (a Worker's `env` arrives with the request), and
- * reused by every request after it.
+ * Cloudflare Worker host. The platform and the app are built once per
+ * isolate, on the first invocation (a Worker's `env` arrives with it), and
+ * reused after it.
  *
- * Only `fetch` for now: the `queue` consumer (deliveries) and the
- * `scheduled` reaper come with the execution engine, and no stub stands in
- * for them meanwhile.
+ * - `fetch`: the API.
+ * - `queue`: the deliveries queue (one attempt per message, each acked or
+ *   retried on its own) and its dead-letter queue (the run fails).
+ * - `scheduled`: the cron tick, reaping timed-out runs and re-sending
+ *   deliveries whose message was lost.
  */
+let platform: Platform | undefined;
 let app: App | undefined;
+
+function platformFor(env: WorkerEnv): Platform {
+  return (platform ??= createWorkerPlatform(env));
+}
+
+/** The run engine on a database handle of this invocation, released when `work` is done. */
+async function withEngine<T>(env: WorkerEnv, work: (engine: RunEngine) => Promise<T>): Promise<T> {
+  const { config, logger, clock } = platformFor(env);
+  const lease = platformFor(env).openDatabase();
+  try {
+    return await work(createRunEngine({ db: lease.db, config, logger, clock }));
+  } finally {
+    await lease.release();
+  }
+}
+
+/** Its dead-letter queue is named after the deliveries queue (wrangler.toml). */
+const isDeadLetterQueue = (queue: string) => queue.endsWith('-dlq');
 
 export default {
   fetch(request, env, ctx) {
     if (!app) {
       try {
-        app = createApp(createWorkerPlatform(env));
+        app = createApp(platformFor(env));
       } catch (error) {
         return misconfigured(error);
       }
     }
     return app.fetch(request, env, ctx);
+  },
+
+  async queue(batch, env) {
+    await withEngine(env, (engine) =>
+      isDeadLetterQueue(batch.queue)
+        ? consumeDeadLetters(engine, batch.messages)
+        : consumeDeliveries(engine, deliveryQueue(env), batch.messages),
+    );
+  },
+
+  async scheduled(_controller, env) {
+    await withEngine(env, (engine) => scheduledTick(engine, deliveryQueue(env)));
   },
 } satisfies ExportedHandler<WorkerEnv>;
 

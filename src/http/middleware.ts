@@ -3,7 +3,7 @@ import { bodyLimit } from 'hono/body-limit';
 import type { AppEnv, ServiceContext } from '../context';
 import type { Db } from '../db/client';
 import type { DatabaseLease, Platform } from '../platform';
-import { authenticateRequest } from '../auth/caller';
+import { authenticateRequest, CallerState } from '../auth/caller';
 import { ApiError } from './errors';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -48,12 +48,18 @@ export const parseJsonBody = (): MiddlewareHandler<AppEnv> => async (c, next) =>
  * is looked up together with the request's tenancy (src/auth/access.ts).
  */
 export const requestContext =
-  (platform: Platform): MiddlewareHandler<AppEnv> =>
+  (
+    platform: Platform,
+    /** false for routes that check their own credentials (the run callback); their caller stays unresolved. */
+    options: { authenticate: boolean } = { authenticate: true },
+  ): MiddlewareHandler<AppEnv> =>
   async (c, next) => {
     let lease: DatabaseLease | undefined;
     const db = (): Db => (lease ??= platform.openDatabase()).db;
     try {
-      const callerState = await authenticateRequest({ db, bootstrap: platform.bootstrap }, c.req.header('authorization'));
+      const callerState = options.authenticate
+        ? await authenticateRequest({ db, bootstrap: platform.bootstrap }, c.req.header('authorization'))
+        : new CallerState(undefined, undefined);
       const services: ServiceContext = {
         get db() {
           return db();
@@ -67,6 +73,7 @@ export const requestContext =
         callerState,
         bootstrap: platform.bootstrap,
         namedStatements: platform.namedStatements,
+        deliveries: platform.deliveries,
         requestId: c.var.requestId,
       };
       c.set('services', services);

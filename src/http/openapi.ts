@@ -19,6 +19,8 @@ const ERROR_DESCRIPTIONS = {
   404: 'Not found, or not visible to the caller (not_found)',
   409: 'Conflicts with existing state (already_exists)',
   413: 'Request body over 1 MiB (payload_too_large)',
+  422: 'The Idempotency-Key was used before with another request (idempotency_key_reused)',
+  501: 'Not available on this server yet (not_implemented)',
 } as const;
 
 type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;

@@ -2,12 +2,17 @@ import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
 import type { Db } from '../db/client';
-import { systemClock, type Clock, type Platform } from '../platform';
+import { systemClock, type Clock, type DeliveryScheduler, type Platform } from '../platform';
+import { createRunEngine, type RunEngine } from '../runs/engine';
+import { JobRunner, type JobRunnerOptions } from './job-runner';
+import { resolveHost } from './resolve-host';
 import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
 import { loadOrCreateLocalSecrets } from './local-secrets';
 
 export interface NodePlatform {
   platform: Platform;
+  /** Delivers runs and reaps timed-out ones; the server starts it (startServer), tests drive it. */
+  jobs: JobRunner;
   database: NodeDatabase;
   /** Where the embedded database lives, or undefined when DATABASE_URL is used. */
   dataDir: string | undefined;
@@ -47,8 +52,22 @@ export async function createNodePlatform(
     await database.close();
     throw error;
   }
-  const platform = platformOnSharedDatabase({ config, logger, db: database.db, namedStatements: await serverIsPostgres(database) });
-  return { platform, database, dataDir, close: () => database.close() };
+  const { platform, jobs } = platformWithJobRunner({
+    config,
+    logger,
+    db: database.db,
+    namedStatements: await serverIsPostgres(database),
+  });
+  return {
+    platform,
+    jobs,
+    database,
+    dataDir,
+    close: async () => {
+      await jobs.stop();
+      await database.close();
+    },
+  };
 }
 
 /**
@@ -71,6 +90,7 @@ export function platformOnSharedDatabase(options: {
   db: Db;
   clock?: Clock;
   namedStatements?: boolean;
+  deliveries?: DeliveryScheduler;
 }): Platform {
   return {
     config: options.config,
@@ -79,5 +99,29 @@ export function platformOnSharedDatabase(options: {
     openDatabase: () => ({ db: options.db, release: async () => {} }),
     bootstrap: { closed: false },
     namedStatements: options.namedStatements ?? false,
+    deliveries: options.deliveries ?? { schedule: async () => {} },
   };
+}
+
+/**
+ * The Node host's platform and its job runner (QUEUE_DRIVER=pg): a trigger's
+ * committed job wakes the runner; the runner's poll finds every other due job.
+ */
+export function platformWithJobRunner(
+  options: Parameters<typeof platformOnSharedDatabase>[0] & {
+    engine?: Partial<Pick<RunEngine, 'fetch' | 'random' | 'resolveHost'>>;
+    runner?: Partial<JobRunnerOptions>;
+  },
+): { platform: Platform; engine: RunEngine; jobs: JobRunner } {
+  const engine = createRunEngine({
+    db: options.db,
+    config: options.config,
+    logger: options.logger,
+    clock: options.clock ?? systemClock,
+    resolveHost,
+    ...options.engine,
+  });
+  const jobs = new JobRunner(engine, options.runner);
+  const platform = platformOnSharedDatabase({ ...options, deliveries: { schedule: async () => jobs.nudge() } });
+  return { platform, engine, jobs };
 }

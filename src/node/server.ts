@@ -23,6 +23,7 @@ export async function startServer(env: Record<string, string | undefined>): Prom
     const s = serve({ fetch: app.fetch, port: config.port, hostname }, () => resolveServer(s));
     s.once('error', reject);
   });
+  node.jobs.start();
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   const url = `http://${hostname.includes(':') ? `[${hostname}]` : hostname}:${port}`;

@@ -127,6 +127,7 @@ describe('unexpected errors', () => {
       },
       bootstrap: { closed: false },
       namedStatements: false,
+      deliveries: { schedule: async () => {} },
     });
     const response = await app.request('/orgs/acme');
     expect(response.status).toBe(500);

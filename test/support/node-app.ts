@@ -2,7 +2,9 @@ import { createApp } from '../../src/app';
 import { loadConfig } from '../../src/config';
 import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
-import { platformOnSharedDatabase } from '../../src/node/platform';
+import type { JobRunner, JobRunnerOptions } from '../../src/node/job-runner';
+import { platformWithJobRunner } from '../../src/node/platform';
+import type { RunEngine } from '../../src/runs/engine';
 import type { Clock, Platform } from '../../src/platform';
 import { createTestDatabase, usingPostgres, type TestDatabase } from './node-database';
 
@@ -28,6 +30,9 @@ export interface CallOptions {
 export interface TestApi {
   app: ReturnType<typeof createApp>;
   platform: Platform;
+  /** The run engine and the job runner, not started: tests deliver with `jobs.drain()`, or `jobs.start()`. */
+  engine: RunEngine;
+  jobs: JobRunner;
   db: Db;
   testDatabase: TestDatabase;
   /** Every log line the app wrote. */
@@ -39,7 +44,14 @@ export interface TestApi {
 }
 
 /** The app in-process on a fresh database, with captured logs and a controllable clock. */
-export async function createTestApi(options: { clock?: Clock; env?: Record<string, string> } = {}): Promise<TestApi> {
+export async function createTestApi(
+  options: {
+    clock?: Clock;
+    env?: Record<string, string>;
+    engine?: Partial<Pick<RunEngine, 'fetch' | 'random' | 'resolveHost'>>;
+    runner?: Partial<JobRunnerOptions>;
+  } = {},
+): Promise<TestApi> {
   const testDatabase = await createTestDatabase();
   const config = loadConfig({ ...TEST_SECRETS, ...(options.env ?? {}) });
   const logs: string[] = [];
@@ -51,7 +63,15 @@ export async function createTestApi(options: { clock?: Clock; env?: Record<strin
   let leases = 0;
   const db = testDatabase.database.db;
   // named statements exactly where a host would use them: on a real Postgres server
-  const shared = platformOnSharedDatabase({ config, logger, db, clock: options.clock, namedStatements: usingPostgres() });
+  const { platform: shared, engine, jobs } = platformWithJobRunner({
+    config,
+    logger,
+    db,
+    clock: options.clock,
+    namedStatements: usingPostgres(),
+    engine: options.engine,
+    runner: options.runner,
+  });
   const platform: Platform = {
     ...shared,
     openDatabase: () => {
@@ -63,6 +83,8 @@ export async function createTestApi(options: { clock?: Clock; env?: Record<strin
   return {
     app,
     platform,
+    engine,
+    jobs,
     db,
     testDatabase,
     logs,
@@ -84,7 +106,10 @@ export async function createTestApi(options: { clock?: Clock; env?: Record<strin
       }
       return { status: response.status, body: parsed as any, headers: response.headers };
     },
-    close: () => testDatabase.drop(),
+    close: async () => {
+      await jobs.stop();
+      await testDatabase.drop();
+    },
   };
 }
 

@@ -104,7 +104,7 @@ async function assertReferences(db: Queryable, projectId: string, input: ActionR
   }
 }
 
-async function getActionRow(db: Queryable, projectId: string, name: string): Promise<ActionRow> {
+export async function getActionRow(db: Queryable, projectId: string, name: string): Promise<ActionRow> {
   const [row] = await db
     .select()
     .from(actions)
@@ -189,18 +189,9 @@ export async function listEntityActions(ctx: ServiceContext, ref: EnvRef, entity
     .where(and(eq(actions.projectId, project.id), eq(actions.entityTypeName, entity.entityTypeName)))
     .orderBy(asc(actions.name));
   if (rows.length === 0) return [];
-  const metrics = await ctx.db
-    .select({ name: entityMetrics.name, value: entityMetrics.value })
-    .from(entityMetrics)
-    .where(eq(entityMetrics.entityId, entity.id));
-  const subject: ConstraintSubject = {
-    state: entity.state,
-    labels: entity.labels as Record<string, unknown>,
-    properties: entity.properties as Record<string, unknown>,
-    metrics: Object.fromEntries(metrics.map((m) => [m.name, m.value])),
-  };
+  const subject = await conditionSubject(ctx.db, entity);
   return rows
-    .filter((row) => (row.conditions as CellConstraint[]).every((condition) => failedConstraint(condition, subject) === null))
+    .filter((row) => failedConditions(row.conditions as CellConstraint[], subject).length === 0)
     .map((row) => ({
       name: row.name,
       displayName: row.displayName,
@@ -208,4 +199,26 @@ export async function listEntityActions(ctx: ServiceContext, ref: EnvRef, entity
       parameters: row.parameters as PropertyDefinition[],
       triggerType: (row.trigger as ActionTrigger).type,
     }));
+}
+
+/** What an action's conditions are judged against: the entity's state, labels, properties and current metrics. */
+export async function conditionSubject(
+  db: Queryable,
+  entity: { id: string; state: string; labels: unknown; properties: unknown },
+): Promise<ConstraintSubject> {
+  const metrics = await db
+    .select({ name: entityMetrics.name, value: entityMetrics.value })
+    .from(entityMetrics)
+    .where(eq(entityMetrics.entityId, entity.id));
+  return {
+    state: entity.state,
+    labels: entity.labels as Record<string, unknown>,
+    properties: entity.properties as Record<string, unknown>,
+    metrics: Object.fromEntries(metrics.map((m) => [m.name, m.value])),
+  };
+}
+
+/** The conditions of an action that do not hold for `subject`, each with the reason. */
+export function failedConditions(conditions: CellConstraint[], subject: ConstraintSubject): string[] {
+  return conditions.map((condition) => failedConstraint(condition, subject)).filter((reason): reason is string => reason !== null);
 }

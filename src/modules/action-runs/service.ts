@@ -1,0 +1,349 @@
+import { and, asc, desc, eq, gte, inArray, lt, or, sql, type SQL } from 'drizzle-orm';
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
+import { verifyCallbackToken } from '../../auth/callback-token';
+import type { Caller, ServiceContext } from '../../context';
+import { violatedUniqueConstraint } from '../../db/errors';
+import type { Queryable } from '../../db/client';
+import { actionRuns, deliveryJobs, entities, environments, orgs, projects, runAttempts } from '../../db/schema';
+import { ApiError, notFound } from '../../http/errors';
+import { optionalTimestamp, timestamp } from '../../http/openapi';
+import { decodeCursor, splitPage } from '../../http/pagination';
+import { cancelRun, completeRun, type RunRow, type Transition } from '../../runs/completion';
+import { callbackUrl, interpolateTrigger } from '../../runs/delivery';
+import { InterpolationError, referencedSecrets } from '../../runs/interpolation';
+import { checkOutboundUrl } from '../../runs/outbound-guard';
+import { conditionSubject, failedConditions, getActionRow } from '../actions/service';
+import type { ActionTrigger } from '../actions/schemas';
+import type { CellConstraint } from '../catalog-items';
+import { callerCellScope } from '../cells/membership';
+import { entityForWrite } from '../entities/service';
+import { isUuid } from '../names';
+import { validateProperties, type PropertyDefinition } from '../properties';
+import { resolveSecrets } from '../secrets/service';
+import type { ActionRun, ActionRunListRow, CallbackRequest, RunListQuery, TriggerRequest } from './schemas';
+
+/**
+ * Action runs: trigger (a run and its delivery job, one transaction), list,
+ * get, cancel, and the per-run callback. The delivery itself, the reaper and
+ * the terminal transitions live in src/runs/.
+ */
+
+type AttemptRow = typeof runAttempts.$inferSelect;
+
+const runFields = (row: RunRow) => ({
+  id: row.id,
+  actionName: row.actionName,
+  entityId: row.entityId,
+  status: row.status,
+  parameters: row.parameters as Record<string, unknown>,
+  recommendations: row.recommendations as Record<string, unknown>,
+  triggeredBy: row.triggeredBy,
+  createdAt: timestamp(row.createdAt),
+  startedAt: optionalTimestamp(row.startedAt),
+  completedAt: optionalTimestamp(row.completedAt),
+  error: row.error,
+  output: row.output as Record<string, unknown> | null,
+});
+
+const toAttempt = (row: AttemptRow) => ({
+  attempt: row.attempt,
+  startedAt: timestamp(row.startedAt),
+  latencyMs: row.latencyMs,
+  httpStatus: row.httpStatus,
+  outcome: row.outcome,
+  error: row.error,
+});
+
+async function withAttempts(db: Queryable, row: RunRow): Promise<ActionRun> {
+  const attempts = await db.select().from(runAttempts).where(eq(runAttempts.runId, row.id)).orderBy(asc(runAttempts.attempt));
+  return { ...runFields(row), attempts: attempts.map(toAttempt) };
+}
+
+const triggeredBy = (caller: Caller): string => (caller.kind === 'token' ? `token:${caller.tokenId}` : 'bootstrap');
+
+/** What an Idempotency-Key stands for: the action, the entity and the body, hashed. */
+async function fingerprint(parts: { action: string; entity: string; input: TriggerRequest }): Promise<string> {
+  const text = JSON.stringify([parts.action, parts.entity, parts.input.parameters ?? {}, parts.input.recommendations ?? {}]);
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text)));
+  return Array.from(digest, (byte) => byte.toString(16).padStart(2, '0')).join('');
+}
+
+/** The run an earlier trigger with this key created; 422 when the key was used for another request. */
+async function replayOf(db: Queryable, envId: string, key: string, requestFingerprint: string): Promise<RunRow | undefined> {
+  const [earlier] = await db
+    .select()
+    .from(actionRuns)
+    .where(and(eq(actionRuns.envId, envId), eq(actionRuns.idempotencyKey, key)))
+    .limit(1);
+  if (earlier && earlier.requestFingerprint !== requestFingerprint) {
+    throw new ApiError(
+      'idempotency_key_reused',
+      'this Idempotency-Key was already used for a different trigger (another action, entity, or body); use a new key',
+    );
+  }
+  return earlier;
+}
+
+function validatedParameters(definitions: PropertyDefinition[], values: Record<string, unknown>): Record<string, unknown> {
+  const result = validateProperties(definitions, values, { fillDefaults: true, path: 'parameters' });
+  if (!result.ok) {
+    throw new ApiError(
+      'validation_failed',
+      `parameters do not match the action's definitions: ${result.details.map((d) => `${d.path} ${d.message}`).join('; ')}`,
+      result.details,
+    );
+  }
+  return result.values;
+}
+
+export interface TriggerOptions {
+  idempotencyKey?: string;
+  /** The origin the trigger request reached: the callback URL's base when API_BASE_URL is unset. */
+  origin: string;
+}
+
+/**
+ * `POST ENV/entities/{name}/actions/{action}`: checks everything a delivery
+ * could know now (the action applies and its conditions hold, parameters,
+ * every template reference, the URL's form), then writes the run and its
+ * delivery job in one transaction (the outbox) and tells the host.
+ */
+export async function triggerAction(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  entityName: string,
+  actionName: string,
+  input: TriggerRequest,
+  options: TriggerOptions,
+): Promise<{ run: ActionRun; replayed: boolean }> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const scope = await callerCellScope(ctx, project.id);
+  const entity = await entityForWrite(ctx.db, env.id, entityName, scope, { lock: false });
+  const action = await getActionRow(ctx.db, project.id, actionName);
+  if (action.entityTypeName !== entity.entityTypeName) {
+    throw notFound(`action "${actionName}" for entities of type "${entity.entityTypeName}"`);
+  }
+  const requestFingerprint = await fingerprint({ action: action.id, entity: entity.id, input });
+  if (options.idempotencyKey !== undefined) {
+    const earlier = await replayOf(ctx.db, env.id, options.idempotencyKey, requestFingerprint);
+    if (earlier) return { run: await withAttempts(ctx.db, earlier), replayed: true };
+  }
+  const trigger = action.trigger as ActionTrigger;
+  if (trigger.type !== 'webhook') {
+    throw new ApiError('not_implemented', 'pull-request triggers are not available on this server yet; only webhook triggers run');
+  }
+  const failures = failedConditions(action.conditions as CellConstraint[], await conditionSubject(ctx.db, entity));
+  if (failures.length > 0) {
+    throw new ApiError(
+      'action_unavailable',
+      `action "${actionName}" is not available for entity "${entityName}": ${failures.join('; ')}`,
+      failures.map((message) => ({ path: 'conditions', message })),
+    );
+  }
+  const parameters = validatedParameters(action.parameters as PropertyDefinition[], input.parameters ?? {});
+
+  const runId = crypto.randomUUID();
+  const now = ctx.clock.now();
+  const run = {
+    id: runId,
+    orgId: project.orgId,
+    projectId: project.id,
+    envId: env.id,
+    callbackBaseUrl: ctx.config.apiBaseUrl ?? options.origin,
+  };
+  const entitySnapshot = { id: entity.id, name: entity.name, properties: entity.properties as Record<string, unknown> };
+
+  // a dry run of the delivery's interpolation: an unknown reference is the caller's 400 now, not a failed run later
+  const secrets = await resolveSecrets(ctx.db, ctx.config.encryptionKey, { orgId: run.orgId, projectId: run.projectId, envId: run.envId }, referencedSecrets(trigger));
+  let url: string;
+  try {
+    url = interpolateTrigger(trigger, {
+      secrets: Object.fromEntries(secrets),
+      parameters,
+      entity: entitySnapshot,
+      run: { id: runId, callbackUrl: callbackUrl(run), callbackToken: 'callback-token' },
+    }).trigger.url;
+  } catch (error) {
+    if (!(error instanceof InterpolationError)) throw error;
+    throw new ApiError(
+      'unknown_reference',
+      `the action's trigger refers to what this run does not have: ${error.unknownReferences.join(', ')}`,
+      error.unknownReferences.map((reference) => ({ path: reference, message: reference.startsWith('secrets.') ? 'no such secret in this environment' : 'unknown reference' })),
+    );
+  }
+  // the form and literal addresses now; names are resolved and checked again at every delivery
+  const verdict = await checkOutboundUrl(url, { allowedHosts: ctx.config.outboundAllowedHosts });
+  if (!verdict.ok) throw new ApiError('outbound_url_refused', `the webhook URL is refused: ${verdict.reason}`);
+
+  let row: RunRow;
+  try {
+    row = await ctx.db.transaction(async (tx) => {
+      const [inserted] = await tx
+        .insert(actionRuns)
+        .values({
+          ...run,
+          actionId: action.id,
+          actionName: action.name,
+          entityId: entity.id,
+          operationEntityName: entity.name,
+          status: 'pending',
+          parameters,
+          recommendations: input.recommendations ?? {},
+          triggeredBy: triggeredBy(ctx.caller),
+          trigger,
+          entitySnapshot,
+          onSuccess: action.onSuccess,
+          onFailure: action.onFailure,
+          idempotencyKey: options.idempotencyKey ?? null,
+          requestFingerprint: options.idempotencyKey === undefined ? null : requestFingerprint,
+          timeoutMinutes: action.timeoutMinutes,
+          timeoutAt: new Date(now.getTime() + action.timeoutMinutes * 60_000),
+          createdAt: now,
+        })
+        .returning();
+      await tx.insert(deliveryJobs).values({ runId, envId: env.id, attempt: 1, runAt: now, createdAt: now });
+      return inserted!;
+    });
+  } catch (error) {
+    // the same key, sent twice at once: the second finds the first's run
+    if (options.idempotencyKey !== undefined && violatedUniqueConstraint(error) !== undefined) {
+      const earlier = await replayOf(ctx.db, env.id, options.idempotencyKey, requestFingerprint);
+      if (earlier) return { run: await withAttempts(ctx.db, earlier), replayed: true };
+    }
+    throw error;
+  }
+  try {
+    await ctx.deliveries.schedule({ runId, attempt: 1, runAt: now });
+  } catch (error) {
+    // the job is committed; the sweep delivers it
+    ctx.logger.warn('could not schedule a delivery at once; the sweep will', { runId, error });
+  }
+  return { run: { ...runFields(row), attempts: [] }, replayed: false };
+}
+
+// --- reads -------------------------------------------------------------------
+
+/**
+ * Runs a cell-scoped token may see: those on entities inside its cells. A
+ * run whose entity is gone has no cell, so only unscoped callers see it.
+ */
+const runInScope = (scope: SQL | undefined): SQL | undefined =>
+  scope ? sql`exists (select 1 from ${entities} where ${entities.id} = ${actionRuns.entityId} and ${scope})` : undefined;
+
+async function visibleRun(ctx: ServiceContext, envId: string, projectId: string, id: string): Promise<RunRow> {
+  if (!isUuid(id)) throw notFound(`action run "${id}"`);
+  const scope = await callerCellScope(ctx, projectId);
+  const [row] = await ctx.db
+    .select()
+    .from(actionRuns)
+    .where(and(eq(actionRuns.envId, envId), eq(actionRuns.id, id), runInScope(scope)))
+    .limit(1);
+  if (!row) throw notFound(`action run "${id}"`);
+  return row;
+}
+
+export async function getRun(ctx: ServiceContext, ref: EnvRef, id: string): Promise<ActionRun> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  return withAttempts(ctx.db, await visibleRun(ctx, env.id, project.id, id));
+}
+
+/** Newest first; the keyset is (createdAt, id), both descending. */
+export async function listRuns(ctx: ServiceContext, ref: EnvRef, query: RunListQuery): Promise<{ rows: ActionRunListRow[]; next: string | null }> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const scope = await callerCellScope(ctx, project.id);
+  const statuses = query.status === undefined ? undefined : Array.isArray(query.status) ? query.status : [query.status];
+  const conditions: (SQL | undefined)[] = [
+    eq(actionRuns.envId, env.id),
+    runInScope(scope),
+    statuses ? inArray(actionRuns.status, statuses) : undefined,
+    query.action ? eq(actionRuns.actionName, query.action) : undefined,
+    query.entity ? eq(actionRuns.operationEntityName, query.entity) : undefined,
+    query.since ? gte(actionRuns.createdAt, new Date(query.since)) : undefined,
+  ];
+  if (query.cursor) {
+    const [createdAt, id] = decodeCursor(query.cursor, 2) as [string, string];
+    const at = new Date(createdAt);
+    if (Number.isNaN(at.getTime()) || !isUuid(id)) throw new ApiError('validation_failed', 'cursor is not valid', [{ path: 'cursor', message: 'is not a cursor this endpoint issued' }]);
+    conditions.push(or(lt(actionRuns.createdAt, at), and(eq(actionRuns.createdAt, at), lt(actionRuns.id, id))));
+  }
+  const rows = await ctx.db
+    .select({ run: actionRuns, entityName: entities.name })
+    .from(actionRuns)
+    .leftJoin(entities, eq(entities.id, actionRuns.entityId))
+    .where(and(...conditions))
+    .orderBy(desc(actionRuns.createdAt), desc(actionRuns.id))
+    .limit(query.limit + 1);
+  const { page, next } = splitPage(rows, query.limit, ({ run }) => [run.createdAt.toISOString(), run.id]);
+  return {
+    rows: page.map(({ run, entityName }) => ({ ...runFields(run), entityName, operationEntityName: run.operationEntityName })),
+    next,
+  };
+}
+
+// --- transitions ---------------------------------------------------------------
+
+/** DELETE: pending → cancelled (SPEC: data:read); 409 in any other state. */
+export async function cancelRunRequest(ctx: ServiceContext, ref: EnvRef, id: string): Promise<ActionRun> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const run = await visibleRun(ctx, env.id, project.id, id);
+  const result = await cancelRun(ctx.db, ctx.clock, run.id, env.id);
+  return withAttempts(ctx.db, settled(result, id, (status) => new ApiError('run_not_cancellable', `action run "${id}" is ${status}; only a pending run can be cancelled`)));
+}
+
+function settled(result: Transition, id: string, conflict: (status: string) => ApiError): RunRow {
+  if (result.ok) return result.run;
+  if (!result.run) throw notFound(`action run "${id}"`);
+  throw conflict(result.run.status);
+}
+
+const invalidCallbackToken = (why: string) => new ApiError('invalid_callback_token', `invalid callback token: ${why}`);
+
+/** Does a path segment name this row (by id, or by slug / name)? */
+const names = (segment: string, row: { id: string }, name: string) => segment === row.id || segment === name;
+
+/**
+ * `POST ENV/action-runs/{id}/callback`, authenticated by the run's own
+ * token, not a role: 401 when it is not a valid, unexpired token of this
+ * run; 404 when the path does not lead to the run; 409 when the run is no
+ * longer active. The path may name the organization, project and
+ * environment by id (as the callback URL does) or by slug and name.
+ */
+export async function completeRunByCallback(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  id: string,
+  authorization: string | undefined,
+  body: CallbackRequest,
+): Promise<ActionRun> {
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
+  if (!match) throw invalidCallbackToken('send Authorization: Bearer <run.callbackToken>');
+  const verdict = await verifyCallbackToken(ctx.config.authSecret, match[1]!, ctx.clock.now());
+  if (!verdict.ok) throw invalidCallbackToken(verdict.reason === 'expired' ? 'it has expired' : 'it does not verify');
+  if (verdict.claims.runId !== id) throw invalidCallbackToken('it belongs to another run');
+  const [found] = await ctx.db
+    .select({ run: actionRuns, org: orgs, project: projects, env: environments })
+    .from(actionRuns)
+    .innerJoin(orgs, eq(orgs.id, actionRuns.orgId))
+    .innerJoin(projects, eq(projects.id, actionRuns.projectId))
+    .innerJoin(environments, eq(environments.id, actionRuns.envId))
+    .where(eq(actionRuns.id, id))
+    .limit(1);
+  if (
+    !found ||
+    found.org.deletedAt !== null ||
+    found.run.orgId !== verdict.claims.orgId ||
+    found.run.projectId !== verdict.claims.projectId ||
+    found.run.envId !== verdict.claims.envId ||
+    !names(ref.org, found.org, found.org.slug) ||
+    !names(ref.project, found.project, found.project.slug) ||
+    !names(ref.env, found.env, found.env.name)
+  ) {
+    throw notFound(`action run "${id}"`);
+  }
+  if (found.org.suspendedAt) throw new ApiError('org_suspended', `organization "${found.org.slug}" is suspended`);
+  const result = await completeRun(ctx.db, { clock: ctx.clock, logger: ctx.logger }, id, found.run.envId, body);
+  return withAttempts(
+    ctx.db,
+    settled(result, id, (status) => new ApiError('run_not_completable', `action run "${id}" is ${status}; only a pending or running run can be completed`)),
+  );
+}

@@ -60,7 +60,7 @@ export async function authenticateRequest(
   if (!match) throw unauthorized('expected Authorization: Bearer <token>');
   const token = match[1]!;
   if (!isWellFormedServiceToken(token)) throw unauthorized('malformed token');
-  return new CallerState(undefined, await hashServiceToken(token));
+  return new CallerState(undefined, hashServiceToken(token));
 }
 
 /** The token columns a caller is built from; select these wherever a token is joined. */

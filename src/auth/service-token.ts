@@ -1,4 +1,5 @@
 import { crc32 } from './crc32';
+import { sha256Hex } from './sha256';
 
 /**
  * Service token format (DECISIONS §5): `cpl_` + 30 random base62 characters +
@@ -49,7 +50,7 @@ export function isWellFormedServiceToken(token: string): boolean {
   return token.slice(TOKEN_PREFIX.length + RANDOM_LENGTH) === base62Checksum(body);
 }
 
-export async function hashServiceToken(token: string): Promise<string> {
-  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(token));
-  return Array.from(new Uint8Array(digest), (byte) => byte.toString(16).padStart(2, '0')).join('');
+/** SHA-256 of the whole token, hex: what `service_tokens.token_hash` holds. Synchronous (see sha256.ts). */
+export function hashServiceToken(token: string): string {
+  return sha256Hex(new TextEncoder().encode(token));
 }

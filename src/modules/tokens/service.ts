@@ -80,7 +80,7 @@ export async function mintToken(
   }
 
   const { token, prefix } = generateServiceToken();
-  const tokenHash = await hashServiceToken(token);
+  const tokenHash = hashServiceToken(token);
   const row = await ctx.db.transaction(async (tx) => {
     const [state] = await tx.select().from(systemState).for('update');
     if (caller.kind === 'bootstrap' && state?.bootstrapClosedAt) {

@@ -6,8 +6,9 @@
 import { entities } from './entities';
 import { foundation } from './foundation';
 import { openBench, type Benchmark } from './harness';
+import { runs } from './runs';
 
-const benchmarks: Benchmark[] = [foundation, entities];
+const benchmarks: Benchmark[] = [foundation, entities, runs];
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);

@@ -4,7 +4,7 @@ import { generateServiceToken } from '../../src/auth/service-token';
 import { cells, entityTypes } from '../../src/db/schema';
 import { createTestApi, type TestApi } from '../support/node-app';
 import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
-import { matrixOwner, SECURED_ROUTES } from '../support/security-matrix/index';
+import { matrixOwner, RUN_CALLBACK_ROUTES, SECURED_ROUTES } from '../support/security-matrix/index';
 
 /**
  * Every route × every kind of caller: no token, a bad token, each role, a
@@ -92,6 +92,29 @@ describe('security matrix', () => {
       else if (route.outsideCellScope?.code) expectError(response, route.outsideCellScope.status, route.outsideCellScope.code);
       else if (route.outsideCellScope) expect(response.status, JSON.stringify(response.body)).toBe(route.outsideCellScope.status);
       else expect(response.status, JSON.stringify(response.body)).toBe(route.success);
+    });
+  });
+
+  // authenticated by the run's own callback token: no service token opens it, whatever its role or scope
+  describe.each(RUN_CALLBACK_ROUTES)('$name', (route) => {
+    it('without a token: 401 invalid_callback_token', async () => {
+      expectError(await route.call(api, tenant, undefined), 401, 'invalid_callback_token');
+    });
+
+    it('with a malformed or unknown token: 401 invalid_callback_token', async () => {
+      for (const token of ['cpl_garbage', generateServiceToken().token, 'a.b.c']) {
+        expectError(await route.call(api, tenant, token), 401, 'invalid_callback_token');
+      }
+    });
+
+    it.each(ROLES)('with the %s service token: 401 invalid_callback_token', async (role) => {
+      expectError(await route.call(api, tenant, roleTokens[role]), 401, 'invalid_callback_token');
+    });
+
+    it('with a token of another organization, pinned to another environment or cell-scoped: 401 invalid_callback_token', async () => {
+      for (const token of [otherOrgOwner, pinnedAdmin, cellScopedAdmin]) {
+        expectError(await route.call(api, tenant, token), 401, 'invalid_callback_token');
+      }
     });
   });
 });

@@ -1,4 +1,5 @@
 import { ACTIONS_ROUTES } from './actions';
+import { ACTION_RUNS_ROUTES } from './action-runs';
 import { CELLS_ROUTES } from './cells';
 import { ENTITIES_ROUTES } from './entities';
 import { ENTITY_TYPES_ROUTES } from './entity-types';
@@ -9,6 +10,7 @@ import type { SecuredRoute } from './route';
 import { SECRETS_ROUTES } from './secrets';
 
 export { asOwner, fresh, matrixOwner, type SecuredRoute } from './route';
+export { RUN_CALLBACK_ROUTES, type CallbackRoute } from './action-runs';
 
 /** Every secured route of the API, a file per module. */
 export const SECURED_ROUTES: SecuredRoute[] = [
@@ -19,5 +21,6 @@ export const SECURED_ROUTES: SecuredRoute[] = [
   ...ENTITIES_ROUTES,
   ...RELATIONSHIPS_ROUTES,
   ...ACTIONS_ROUTES,
+  ...ACTION_RUNS_ROUTES,
   ...SECRETS_ROUTES,
 ];

@@ -602,6 +602,17 @@ describe('action runs API', () => {
       expect((await getRun(run.id)).body.status).toBe('running');
     });
 
+    it('asks who is calling before it judges the body: 401, not 400, for a bad body without a valid token', async () => {
+      const entity = await createEntity();
+      const run = await triggered(entity.name);
+      const { path } = await deliver(run.id);
+      for (const token of [undefined, 'garbage', member]) {
+        for (const body of [{ status: 'failed' }, {}, { status: 'done', extra: 1 }]) {
+          expectError(await callback(path, token, body), 401, 'invalid_callback_token');
+        }
+      }
+    });
+
     it('401 invalid_callback_token once the token has expired with the run', async () => {
       const action = fresh('quick');
       await createAction(action, { timeoutMinutes: 1 });

@@ -1,9 +1,11 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import type { MiddlewareHandler } from 'hono';
+import type { CallbackClaims } from '../../auth/callback-token';
 import type { AppEnv } from '../../context';
 import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
 import { ActionRun, ActionRunListRow, CallbackRequest, RunListQuery, RunParams, TriggerHeaders, TriggerParams, TriggerRequest } from './schemas';
-import { cancelRunRequest, completeRunByCallback, getRun, listRuns, triggerAction } from './service';
+import { authenticateCallback, cancelRunRequest, completeRunByCallback, getRun, listRuns, triggerAction } from './service';
 
 const TAGS = ['Action runs'];
 
@@ -111,8 +113,17 @@ actionRunRoutes.openapi(
 /**
  * The callback authenticates with the run's own token, not a service token,
  * so it is served by its own sub-app, mounted ahead of the API's token check.
+ * The token is checked by route middleware, which runs before the body's
+ * validation: 401 comes first, as it does for a service token.
  */
-export const actionRunCallbackRoutes = new OpenAPIHono<AppEnv>();
+type CallbackEnv = { Variables: AppEnv['Variables'] & { callbackClaims: CallbackClaims } };
+
+export const actionRunCallbackRoutes = new OpenAPIHono<CallbackEnv>();
+
+const callbackTokenFirst: MiddlewareHandler<CallbackEnv> = async (c, next) => {
+  c.set('callbackClaims', await authenticateCallback(c.var.services, c.req.param('id') ?? '', c.req.header('authorization')));
+  await next();
+};
 
 export const CALLBACK_PATH = '/:o/:p/envs/:envName/action-runs/:id/callback';
 
@@ -125,6 +136,7 @@ actionRunCallbackRoutes.openapi(
     description:
       "Authenticated by the run's callback token (`Authorization: Bearer {{ run.callbackToken }}`), not a service token: 401 invalid_callback_token when it is missing, invalid, expired, or another run's. The path may name the organization, project and environment by id (as `{{ run.callbackUrl }}` does) or by slug and name. An active run becomes succeeded or failed and its entity moves to the action's onSuccess / onFailure in the same transaction; a run no longer active is 409 run_not_completable.",
     security: [{ callbackToken: [] }],
+    middleware: [callbackTokenFirst] as const,
     request: { params: RunParams, body: jsonBody(CallbackRequest) },
     responses: {
       200: jsonResponse(ActionRun, 'The completed run'),
@@ -137,7 +149,7 @@ actionRunCallbackRoutes.openapi(
       c.var.services,
       { org: o, project: p, env: envName },
       id,
-      c.req.header('authorization'),
+      c.var.callbackClaims,
       c.req.valid('json'),
     );
     return c.json(run, 200);

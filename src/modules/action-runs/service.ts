@@ -1,6 +1,6 @@
 import { and, asc, desc, eq, gte, inArray, lt, or, sql, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment, type EnvRef } from '../../auth/access';
-import { verifyCallbackToken } from '../../auth/callback-token';
+import { verifyCallbackToken, type CallbackClaims } from '../../auth/callback-token';
 import type { Caller, ServiceContext } from '../../context';
 import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable } from '../../db/client';
@@ -302,24 +302,33 @@ const invalidCallbackToken = (why: string) => new ApiError('invalid_callback_tok
 const names = (segment: string, row: { id: string }, name: string) => segment === row.id || segment === name;
 
 /**
- * `POST ENV/action-runs/{id}/callback`, authenticated by the run's own
- * token, not a role: 401 when it is not a valid, unexpired token of this
- * run; 404 when the path does not lead to the run; 409 when the run is no
- * longer active. The path may name the organization, project and
+ * The callback's credentials: 401 unless `authorization` carries a valid,
+ * unexpired callback token of run `id`. Checked before the body is read, as
+ * a service token is, so a caller who cannot authenticate learns nothing
+ * from the body's validation.
+ */
+export async function authenticateCallback(ctx: ServiceContext, id: string, authorization: string | undefined): Promise<CallbackClaims> {
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
+  if (!match) throw invalidCallbackToken('send Authorization: Bearer <run.callbackToken>');
+  const verdict = await verifyCallbackToken(ctx.config.authSecret, match[1]!, ctx.clock.now());
+  if (!verdict.ok) throw invalidCallbackToken(verdict.reason === 'expired' ? 'it has expired' : 'it does not verify');
+  if (verdict.claims.runId !== id) throw invalidCallbackToken('it belongs to another run');
+  return verdict.claims;
+}
+
+/**
+ * `POST ENV/action-runs/{id}/callback`, for a caller `authenticateCallback`
+ * let in: 404 when the path does not lead to the run; 409 when the run is
+ * no longer active. The path may name the organization, project and
  * environment by id (as the callback URL does) or by slug and name.
  */
 export async function completeRunByCallback(
   ctx: ServiceContext,
   ref: EnvRef,
   id: string,
-  authorization: string | undefined,
+  claims: CallbackClaims,
   body: CallbackRequest,
 ): Promise<ActionRun> {
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
-  if (!match) throw invalidCallbackToken('send Authorization: Bearer <run.callbackToken>');
-  const verdict = await verifyCallbackToken(ctx.config.authSecret, match[1]!, ctx.clock.now());
-  if (!verdict.ok) throw invalidCallbackToken(verdict.reason === 'expired' ? 'it has expired' : 'it does not verify');
-  if (verdict.claims.runId !== id) throw invalidCallbackToken('it belongs to another run');
   const [found] = await ctx.db
     .select({ run: actionRuns, org: orgs, project: projects, env: environments })
     .from(actionRuns)
@@ -331,9 +340,9 @@ export async function completeRunByCallback(
   if (
     !found ||
     found.org.deletedAt !== null ||
-    found.run.orgId !== verdict.claims.orgId ||
-    found.run.projectId !== verdict.claims.projectId ||
-    found.run.envId !== verdict.claims.envId ||
+    found.run.orgId !== claims.orgId ||
+    found.run.projectId !== claims.projectId ||
+    found.run.envId !== claims.envId ||
     !names(ref.org, found.org, found.org.slug) ||
     !names(ref.project, found.project, found.project.slug) ||
     !names(ref.env, found.env, found.env.name)

@@ -333,6 +333,17 @@ describe('action runs API', () => {
         expect(replay.headers.get('location')).toBe(`${env}/action-runs/${first.body.id}`);
       });
 
+      it('a retry whose JSON lists the same members in another order is the same request', async () => {
+        const entity = await createEntity();
+        const headers = { 'idempotency-key': fresh('key') };
+        const first = await trigger(entity.name, 'deploy', { rawBody: '{"parameters":{"size":"large","replicas":2},"recommendations":{"a":1,"b":{"x":1,"y":2}}}', headers });
+        expect(first.status, JSON.stringify(first.body)).toBe(202);
+        const retry = await trigger(entity.name, 'deploy', { rawBody: '{"recommendations":{"b":{"y":2,"x":1},"a":1},"parameters":{"replicas":2,"size":"large"}}', headers });
+        expect(retry.status, JSON.stringify(retry.body)).toBe(202);
+        expect(retry.body.id).toBe(first.body.id);
+        expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      });
+
       it('is per environment, and at most 255 characters', async () => {
         const key = 'k'.repeat(255);
         const here = await triggered((await createEntity()).name, 'deploy', { headers: { 'idempotency-key': key } });

@@ -61,9 +61,21 @@ async function withAttempts(db: Queryable, row: RunRow): Promise<ActionRun> {
 
 const triggeredBy = (caller: Caller): string => (caller.kind === 'token' ? `token:${caller.tokenId}` : 'bootstrap');
 
+/**
+ * JSON with every object's members sorted by name: a client that retries
+ * with the same body re-serialized (a map in another order) sends the same
+ * request, and must not be told its key was used for another one.
+ */
+const canonicalJson = (value: unknown): string =>
+  JSON.stringify(value, (_key, member: unknown) =>
+    member !== null && typeof member === 'object' && !Array.isArray(member)
+      ? Object.fromEntries(Object.entries(member).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : member,
+  );
+
 /** What an Idempotency-Key stands for: the action, the entity and the body, hashed. */
 async function fingerprint(parts: { action: string; entity: string; input: TriggerRequest }): Promise<string> {
-  const text = JSON.stringify([parts.action, parts.entity, parts.input.parameters ?? {}, parts.input.recommendations ?? {}]);
+  const text = canonicalJson([parts.action, parts.entity, parts.input.parameters ?? {}, parts.input.recommendations ?? {}]);
   const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text)));
   return Array.from(digest, (byte) => byte.toString(16).padStart(2, '0')).join('');
 }

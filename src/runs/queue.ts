@@ -61,23 +61,39 @@ export async function consumeDeliveries(engine: RunEngine, queue: DeliveryQueue,
           message.ack();
         }
       } catch (error) {
-        // the lease (if taken) runs out; the queue tries again, and dead-letters after max_retries
-        engine.logger.error('delivery message failed; the queue will retry it', { runId, attempt, error });
-        message.retry();
+        // A lease taken for this attempt holds the job until it runs out, and a
+        // message arriving sooner would find the job held and be acked as a
+        // duplicate: so the retry waits out the lease. Each failure uses one of
+        // the consumer's max_retries (wrangler.toml); then the dead-letter queue.
+        const delaySeconds = Math.ceil(engine.leaseMs / 1000);
+        engine.logger.error('delivery message failed; the queue will retry it', { runId, attempt, delaySeconds, error });
+        message.retry({ delaySeconds });
       }
     }),
   );
 }
 
-/** The consumer of the dead-letter queue: the run fails, with a `[delivery]` reason. */
+/** The consumer of the dead-letter queue: the run fails, with a `[delivery]` reason; each message acked or retried on its own. */
 export async function consumeDeadLetters(engine: RunEngine, messages: readonly QueueMessage[]): Promise<void> {
-  for (const message of messages) {
-    if (isDeliveryMessage(message.body)) {
-      const failed = await failDeadLettered(engine.db, engine.clock, message.body.runId);
-      engine.logger.error('delivery dead-lettered', { runId: message.body.runId, attempt: message.body.attempt, runFailed: failed });
-    }
-    message.ack();
-  }
+  await Promise.all(
+    messages.map(async (message) => {
+      if (!isDeliveryMessage(message.body)) {
+        engine.logger.error('dropped a malformed dead-lettered message', { body: message.body });
+        message.ack();
+        return;
+      }
+      const { runId, attempt } = message.body;
+      try {
+        const failed = await failDeadLettered(engine.db, engine.clock, runId);
+        engine.logger.error('delivery dead-lettered', { runId, attempt, runFailed: failed });
+        message.ack();
+      } catch (error) {
+        // past the dead-letter queue's own retries the message is dropped; the job row is still there, so the sweep re-sends it
+        engine.logger.error('dead-lettered message failed; the queue will retry it', { runId, attempt, error });
+        message.retry();
+      }
+    }),
+  );
 }
 
 /** A job this long overdue and held by nobody lost its message. */

@@ -6,6 +6,7 @@ import { environments, orgs, projects, serviceTokens } from '../../src/db/schema
 import { migrateDatabase, openPglite, servePgliteOverTcp } from '../../src/node/database';
 import { startWsProxy } from '../../src/node/ws-proxy';
 import { createThrowawayPostgres } from '../support/node-database';
+import { startScriptedReceiver, type ScriptedReceiver } from './scripted-receiver';
 
 /** The Worker's variables for the test run, handed to miniflare as bindings (vitest.config.ts). */
 export interface WorkerTestBindings {
@@ -14,6 +15,8 @@ export interface WorkerTestBindings {
   ENCRYPTION_KEY: string;
   AUTH_SECRET: string;
   QUEUE_DRIVER: 'cloudflare';
+  /** The scripted receiver's host:port, so the outbound guard lets deliveries reach it on loopback. */
+  OUTBOUND_ALLOWED_HOSTS: string;
 }
 
 /** A tenant with an owner token, seeded in the database for the tests that are not about bootstrap mode. */
@@ -27,6 +30,7 @@ declare module 'vitest' {
   export interface ProvidedContext {
     workerBindings: WorkerTestBindings;
     seededTenant: SeededTenant;
+    receiver: ScriptedReceiver;
   }
 }
 
@@ -35,7 +39,8 @@ declare module 'vitest' {
  * whole workers run, and the WebSocket proxy the Worker's Neon driver
  * reaches it through. With TEST_DATABASE_URL, a throwaway database on that
  * server (dropped afterwards); without, an in-memory PGlite behind
- * pglite-socket.
+ * pglite-socket. Also the webhook receiver the deliveries go to, with the
+ * control server the tests script it through (scripted-receiver.ts).
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const cleanups: (() => Promise<void>)[] = [];
@@ -49,12 +54,16 @@ export default async function setup(project: TestProject): Promise<() => Promise
     project.provide('seededTenant', await seedTenant(database.db));
     const proxy = await startWsProxy({ allow: [database.address], oneSessionAtATime: database.singleSession });
     cleanups.push(() => proxy.close());
+    const receiver = await startScriptedReceiver();
+    cleanups.push(() => receiver.close());
+    project.provide('receiver', { url: receiver.url, host: receiver.host, control: receiver.control });
     project.provide('workerBindings', {
       DATABASE_URL: database.url,
       NEON_LOCAL_WS_PROXY: proxy.address,
       ENCRYPTION_KEY: randomBytes(32).toString('hex'),
       AUTH_SECRET: randomBytes(48).toString('base64url'),
       QUEUE_DRIVER: 'cloudflare',
+      OUTBOUND_ALLOWED_HOSTS: receiver.host,
     });
     return teardown;
   } catch (error) {

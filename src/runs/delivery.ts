@@ -7,7 +7,7 @@ import { SealedSecretError } from '../auth/crypto';
 import type { RunEngine } from './engine';
 import { interpolate, interpolateText, InterpolationError, referencedSecrets, type InterpolationContext } from './interpolation';
 import { checkOutboundUrl } from './outbound-guard';
-import { buildOutboundRequest, type InterpolatedWebhookTrigger } from './outbound-request';
+import { buildOutboundRequest, type InterpolatedWebhookTrigger, type OutboundRequest } from './outbound-request';
 import { nextAttempt, type AttemptOutcome } from './retry';
 import type { z } from '@hono/zod-openapi';
 
@@ -180,6 +180,15 @@ function networkErrorText(error: unknown, timeoutMs: number): string {
   return `network error (${detail})`;
 }
 
+/** Why buildOutboundRequest threw, in words that never include the values it was given. */
+function unbuildableReason(error: unknown): string {
+  const message = error instanceof Error ? error.message : '';
+  if (/invalid header (value|name)/i.test(message)) {
+    return 'a header value (configured, or from the auth) holds a line break or another character HTTP headers cannot carry';
+  }
+  return `the trigger's values were refused (${error instanceof Error ? error.name : 'unknown error'})`;
+}
+
 interface Sent {
   outcome: AttemptOutcome;
   httpStatus: number | null;
@@ -196,11 +205,19 @@ async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: str
     resolve: engine.resolveHost,
   });
   if (!verdict.ok) throw new Undeliverable(`refused to call the webhook URL: ${verdict.reason}`);
-  const request = await buildOutboundRequest(prepared.trigger, {
-    webhookId,
-    now: engine.clock.now(),
-    signingSecret: prepared.signingSecret,
-  });
+  let request: OutboundRequest;
+  try {
+    request = await buildOutboundRequest(prepared.trigger, {
+      webhookId,
+      now: engine.clock.now(),
+      signingSecret: prepared.signingSecret,
+    });
+  } catch (error) {
+    // The same inputs fail the same way on every attempt, so the run fails now
+    // rather than the job looping until the reaper. The cause's message is not
+    // used: the HTTP client quotes the offending header value, often a secret.
+    throw new Undeliverable(`the request could not be built: ${unbuildableReason(error)}`);
+  }
   try {
     const response = await engine.fetch(request.url, {
       method: request.method,

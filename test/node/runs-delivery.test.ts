@@ -1,0 +1,588 @@
+import { createHmac } from 'node:crypto';
+import { eq } from 'drizzle-orm';
+import { jwtVerify } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deliveryJobs } from '../../src/db/schema';
+import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
+import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../support/node-app';
+import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
+
+/**
+ * Outbound delivery of webhook triggers (SPEC "Outbound webhook trigger";
+ * DECISIONS §4) against real HTTP receivers on 127.0.0.1: what is retried
+ * and what is not, the request the receiver gets, the SSRF guard, and that
+ * no secret leaves through a log line, an error or a response.
+ */
+
+interface Harness {
+  api: TestApi;
+  proj: string;
+  /** ENV path of `default`. */
+  env: string;
+  owner: string;
+  /** Every response the harness's calls got, for the leak sweep. */
+  responses: ApiResponse[];
+  /** A webhook action on entities of type vm; returns its name. */
+  action(trigger: Record<string, unknown>, fields?: Record<string, unknown>): Promise<string>;
+  /** A fresh vm in `envName`, the action triggered on it: the 202's run. */
+  trigger(action: string, options?: { envName?: string; entity?: string; parameters?: Record<string, unknown> }): Promise<any>;
+  run(id: string, envName?: string): Promise<any>;
+  putSecret(name: string, value: string, envName?: string): Promise<void>;
+  receiver(...replies: Reply[]): Promise<Receiver>;
+  close(): Promise<void>;
+}
+
+async function createHarness(options: Parameters<typeof createTestApi>[0]): Promise<Harness> {
+  const api = await createTestApi(options);
+  const tenant = await createTenant(api);
+  const owner = await mintToken(api, tenant, { role: 'owner' });
+  const proj = `/${tenant.org.slug}/${tenant.project.slug}`;
+  const responses: ApiResponse[] = [];
+  const receivers: Receiver[] = [];
+  const call = async (method: string, path: string, body?: unknown) => {
+    const response = await api.call(method, path, { token: owner, body });
+    responses.push(response);
+    return response;
+  };
+  const expectStatus = async (status: number, pending: Promise<ApiResponse>) => {
+    const response = await pending;
+    expect(response.status, JSON.stringify(response.body)).toBe(status);
+    return response.body;
+  };
+  await expectStatus(201, call('POST', `${proj}/envs`, { name: 'staging' }));
+  await expectStatus(
+    201,
+    call('POST', `${proj}/entity-types`, {
+      kind: 'EntityType',
+      name: 'vm',
+      states: ['provisioning', 'running', 'failed'],
+      initialState: 'provisioning',
+      properties: [{ name: 'zone', type: 'string' }],
+    }),
+  );
+  return {
+    api,
+    proj,
+    env: `${proj}/envs/default`,
+    owner,
+    responses,
+    async action(trigger, fields = {}) {
+      const name = uniqueSlug('act');
+      await expectStatus(
+        201,
+        call('POST', `${proj}/actions`, {
+          kind: 'Action',
+          name,
+          entityType: 'vm',
+          onSuccess: 'running',
+          onFailure: 'failed',
+          parameters: [{ name: 'size', type: 'string', default: 'small' }],
+          trigger: { type: 'webhook', method: 'POST', retry: { maxAttempts: 3, initialDelayMs: 0 }, ...trigger },
+          ...fields,
+        }),
+      );
+      return name;
+    },
+    async trigger(action, { envName = 'default', entity = uniqueSlug('vm'), parameters = {} } = {}) {
+      const env = `${proj}/envs/${envName}`;
+      await expectStatus(201, call('POST', `${env}/entities`, { kind: 'Entity', entityType: 'vm', name: entity, properties: { zone: 'eu-1' } }));
+      return expectStatus(202, call('POST', `${env}/entities/${entity}/actions/${action}`, { parameters }));
+    },
+    run: (id, envName = 'default') => expectStatus(200, call('GET', `${proj}/envs/${envName}/action-runs/${id}`)),
+    async putSecret(name, value, envName = 'default') {
+      const response = await call('PUT', `${proj}/envs/${envName}/secrets/${name}`, { value });
+      expect([200, 201]).toContain(response.status);
+    },
+    async receiver(...replies) {
+      const receiver = await startReceiver(...replies);
+      receivers.push(receiver);
+      return receiver;
+    },
+    async close() {
+      await api.close();
+      await Promise.all(receivers.map((receiver) => receiver.close()));
+    },
+  };
+}
+
+const statusesAndOutcomes = (run: { attempts: { httpStatus: number | null; outcome: string }[] }) =>
+  run.attempts.map((attempt) => [attempt.httpStatus, attempt.outcome]);
+
+const webhookIds = (requests: ReceivedRequest[]) => requests.map((request) => request.headers['webhook-id']);
+
+/** Polls until `check` returns a value: for what the running job runner does on its own schedule. */
+async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`condition not reached within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe('outbound delivery', () => {
+  let h: Harness;
+
+  beforeAll(async () => {
+    h = await createHarness({
+      env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1', DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '1', API_BASE_URL: 'https://cellplane.example.com' },
+      // jitter at its maximum: with initialDelayMs 0 every retry is due at once
+      engine: { random: () => 1, resolveHost: async (host) => (host === 'hooks.example.test' ? ['127.0.0.1'] : ['203.0.113.10']) },
+      runner: { pollIntervalMs: 50 },
+    });
+  });
+  afterAll(() => h.close());
+
+  describe('what is retried', () => {
+    it('500 every time: maxAttempts requests, then failed, "gave up after N attempts"', async () => {
+      const receiver = await h.receiver({ status: 500 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, retry: { maxAttempts: 4, initialDelayMs: 0 } }));
+      await h.api.jobs.drain();
+      expect(receiver.requests).toHaveLength(4);
+      const failed = await h.run(run.id);
+      expect(failed.status).toBe('failed');
+      expect(failed.error).toBe('[delivery] gave up after 4 attempts; the last one: the receiver answered HTTP 500');
+      expect(statusesAndOutcomes(failed)).toEqual([
+        [500, 'retry'],
+        [500, 'retry'],
+        [500, 'retry'],
+        [500, 'failed'],
+      ]);
+      expect(failed.attempts.map((attempt: { attempt: number }) => attempt.attempt)).toEqual([1, 2, 3, 4]);
+      for (const attempt of failed.attempts) {
+        expect(attempt.error).toBe('the receiver answered HTTP 500');
+        expect(attempt.latencyMs).toBeGreaterThanOrEqual(0);
+      }
+      expect(failed.completedAt).not.toBeNull();
+    });
+
+    it('503 then 200: retried, and the run is running', async () => {
+      const receiver = await h.receiver({ status: 503 }, { status: 200 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.jobs.drain();
+      expect(receiver.requests).toHaveLength(2);
+      const running = await h.run(run.id);
+      expect(running).toMatchObject({ status: 'running', error: null });
+      expect(running.startedAt).not.toBeNull();
+      expect(statusesAndOutcomes(running)).toEqual([
+        [503, 'retry'],
+        [200, 'delivered'],
+      ]);
+      expect(running.attempts[1].error).toBeNull();
+    });
+
+    it('429 with Retry-After: 1 then 200: the second request waits the second the receiver asked for', async () => {
+      const receiver = await h.receiver({ status: 429, headers: { 'retry-after': '1' } }, { status: 200 });
+      // initialDelayMs 0: without Retry-After the retry would be due at once
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      h.api.jobs.start();
+      try {
+        await eventually(async () => ((await h.run(run.id)).status === 'running' ? true : undefined));
+      } finally {
+        await h.api.jobs.stop();
+      }
+      const [first, second] = receiver.requests;
+      expect(receiver.requests).toHaveLength(2);
+      expect(second!.at - first!.at).toBeGreaterThanOrEqual(990);
+      expect(statusesAndOutcomes(await h.run(run.id))).toEqual([
+        [429, 'retry'],
+        [200, 'delivered'],
+      ]);
+    });
+
+    it('408 is retried', async () => {
+      const receiver = await h.receiver({ status: 408 }, { status: 204 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.jobs.drain();
+      expect(statusesAndOutcomes(await h.run(run.id))).toEqual([
+        [408, 'retry'],
+        [204, 'delivered'],
+      ]);
+    });
+
+    it('400 fails at once: one attempt, "not retried"', async () => {
+      const receiver = await h.receiver({ status: 400 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.jobs.drain();
+      expect(receiver.requests).toHaveLength(1);
+      const failed = await h.run(run.id);
+      expect(failed).toMatchObject({ status: 'failed', error: '[delivery] the receiver answered HTTP 400 (not retried)' });
+      expect(statusesAndOutcomes(failed)).toEqual([[400, 'failed']]);
+    });
+
+    it('302 is not followed: the run fails and the receiver sees only the first request', async () => {
+      const receiver = await h.receiver({ status: 302, headers: { location: '/elsewhere' } });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.jobs.drain();
+      expect(receiver.requests.map((request) => request.url)).toEqual(['/hook']);
+      const failed = await h.run(run.id);
+      expect(failed.status).toBe('failed');
+      expect(failed.error).toBe('[delivery] the receiver answered HTTP 302 (redirects are not followed) (not retried)');
+      expect(statusesAndOutcomes(failed)).toEqual([[302, 'failed']]);
+    });
+
+    it('a receiver that never answers times out (DELIVERY_ATTEMPT_TIMEOUT_SECONDS), and the attempt is retried', async () => {
+      const receiver = await h.receiver({ hang: true }, { status: 200 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.jobs.drain();
+      const running = await h.run(run.id);
+      expect(running.status).toBe('running');
+      expect(running.attempts.map((a: { httpStatus: number | null; outcome: string; error: string | null }) => [a.httpStatus, a.outcome, a.error])).toEqual([
+        [null, 'retry', 'no response within 1 s'],
+        [200, 'delivered', null],
+      ]);
+    });
+
+    it('a dropped connection is a network error, and retried', async () => {
+      const receiver = await h.receiver({ drop: true }, { status: 200 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.jobs.drain();
+      const running = await h.run(run.id);
+      expect(running.status).toBe('running');
+      expect(statusesAndOutcomes(running)).toEqual([
+        [null, 'retry'],
+        [200, 'delivered'],
+      ]);
+      expect(running.attempts[0].error).toMatch(/^network error \(.+\)$/);
+    });
+
+    it('maxAttempts 1 means exactly one request', async () => {
+      const receiver = await h.receiver({ status: 503 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, retry: { maxAttempts: 1 } }));
+      await h.api.jobs.drain();
+      expect(receiver.requests).toHaveLength(1);
+      const failed = await h.run(run.id);
+      expect(failed.error).toBe('[delivery] gave up after 1 attempt; the last one: the receiver answered HTTP 503');
+      expect(statusesAndOutcomes(failed)).toEqual([[503, 'failed']]);
+    });
+  });
+
+  describe('the request the receiver gets', () => {
+    it('GET carries no body and no content-type; PUT carries the interpolated JSON payload', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const payload = { entity: '{{ entity.name }}', zone: '{{ entity.properties.zone }}', size: '{{ parameters.size }}' };
+      const entity = uniqueSlug('vm');
+      const get = await h.trigger(await h.action({ url: `${receiver.url}/get/{{ entity.name }}`, method: 'GET', payload }), { entity });
+      await h.api.jobs.drain();
+      const put = await h.trigger(await h.action({ url: `${receiver.url}/put`, method: 'PUT', payload }), { parameters: { size: 'xl' } });
+      await h.api.jobs.drain();
+      const [getRequest, putRequest] = receiver.requests;
+      expect(getRequest).toMatchObject({ method: 'GET', url: `/get/${entity}`, body: '' });
+      expect(getRequest!.headers['content-type']).toBeUndefined();
+      expect(getRequest!.headers['content-length']).toBeUndefined();
+      expect((await h.run(get.id)).status).toBe('running');
+      expect(putRequest).toMatchObject({ method: 'PUT', url: '/put' });
+      expect(putRequest!.headers['content-type']).toBe('application/json');
+      expect(JSON.parse(putRequest!.body)).toEqual({ entity: expect.stringMatching(/^vm-/), zone: 'eu-1', size: 'xl' });
+      expect((await h.run(put.id)).status).toBe('running');
+    });
+
+    it('configured headers are interpolated', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const run = await h.trigger(
+        await h.action({
+          url: `${receiver.url}/hook`,
+          headers: { 'x-entity-zone': 'zone={{ entity.properties.zone }}', 'x-run-id': '{{ run.id }}', 'x-size': '{{ parameters.size }}' },
+        }),
+        { parameters: { size: 'large' } },
+      );
+      await h.api.jobs.drain();
+      const [request] = receiver.requests;
+      expect(request!.headers).toMatchObject({ 'x-entity-zone': 'zone=eu-1', 'x-run-id': run.id, 'x-size': 'large' });
+    });
+
+    it('auth of every type, its credentials from the run environment\'s secrets', async () => {
+      await h.putSecret('ci-token', 'bearer-value-1f9c');
+      await h.putSecret('ci-password', 'p@ss:word-77a2');
+      await h.putSecret('ci-api-key', 'api-key-value-c0de');
+      await h.putSecret('ci-jwt-key', 'jwt-signing-key-that-is-long-enough-5b1e');
+      const receiver = await h.receiver({ status: 200 });
+      const auths = {
+        bearer: { type: 'bearer', token: '{{ secrets.ci-token }}' },
+        basic: { type: 'basic', username: 'deployer-{{ entity.properties.zone }}', password: '{{ secrets.ci-password }}' },
+        header: { type: 'header', name: 'x-api-key', value: '{{ secrets.ci-api-key }}' },
+        jwt: { type: 'jwt', secret: '{{ secrets.ci-jwt-key }}', claims: { aud: 'ci.example.com', entity: '{{ entity.name }}' } },
+      };
+      const runs: Record<string, any> = {};
+      for (const [type, auth] of Object.entries(auths)) {
+        runs[type] = await h.trigger(await h.action({ url: `${receiver.url}/${type}`, auth }));
+      }
+      await h.api.jobs.drain();
+      const byPath = Object.fromEntries(receiver.requests.map((request) => [request.url.slice(1), request.headers]));
+      expect(byPath.bearer!.authorization).toBe('Bearer bearer-value-1f9c');
+      const basic = /^Basic (.+)$/.exec(byPath.basic!.authorization!)!;
+      expect(Buffer.from(basic[1]!, 'base64').toString('utf8')).toBe('deployer-eu-1:p@ss:word-77a2');
+      expect(byPath.header!['x-api-key']).toBe('api-key-value-c0de');
+      expect(byPath.header!.authorization).toBeUndefined();
+      const jwt = /^Bearer (.+)$/.exec(byPath.jwt!.authorization!)![1]!;
+      const { payload, protectedHeader } = await jwtVerify(jwt, new TextEncoder().encode('jwt-signing-key-that-is-long-enough-5b1e'), {
+        algorithms: ['HS256'],
+        audience: 'ci.example.com',
+      });
+      expect(protectedHeader.alg).toBe('HS256');
+      expect(payload.entity).toMatch(/^vm-/);
+      expect(payload.exp! - payload.iat!).toBe(300);
+      for (const run of Object.values(runs)) expect((await h.run(run.id)).status).toBe('running');
+    });
+
+    it("{{ secrets.x }} is the run's own environment's value: another environment's secret of that name never leaks in", async () => {
+      await h.putSecret('deploy-key', 'default-env-value-3e1d', 'default');
+      await h.putSecret('deploy-key', 'staging-env-value-9a7b', 'staging');
+      const receiver = await h.receiver({ status: 200 });
+      const action = await h.action({
+        url: `${receiver.url}/hook`,
+        headers: { 'x-deploy-key': '{{ secrets.deploy-key }}' },
+        payload: { key: '{{ secrets.deploy-key }}' },
+      });
+      const inDefault = await h.trigger(action);
+      await h.api.jobs.drain();
+      const inStaging = await h.trigger(action, { envName: 'staging' });
+      await h.api.jobs.drain();
+      const [fromDefault, fromStaging] = receiver.requests;
+      expect(fromDefault!.headers['webhook-id']).toBe(inDefault.id);
+      expect(fromDefault!.headers['x-deploy-key']).toBe('default-env-value-3e1d');
+      expect(JSON.parse(fromDefault!.body)).toEqual({ key: 'default-env-value-3e1d' });
+      expect(JSON.stringify(fromDefault)).not.toContain('staging-env-value-9a7b');
+      expect(fromStaging!.headers['webhook-id']).toBe(inStaging.id);
+      expect(fromStaging!.headers['x-deploy-key']).toBe('staging-env-value-9a7b');
+      expect(JSON.stringify(fromStaging)).not.toContain('default-env-value-3e1d');
+    });
+
+    it('webhook-id is the run id on every attempt; webhook-timestamp and a Standard Webhooks signature on each', async () => {
+      const keyBytes = Buffer.from('cellplane-signing-key-material-0123456789');
+      await h.putSecret('hook-signing', `whsec_${keyBytes.toString('base64')}`);
+      const receiver = await h.receiver({ status: 503 }, { status: 500 }, { status: 200 });
+      const before = Math.floor(Date.now() / 1000);
+      const run = await h.trigger(
+        await h.action({ url: `${receiver.url}/hook`, signingSecret: '{{ secrets.hook-signing }}', payload: { entity: '{{ entity.name }}' } }),
+      );
+      await h.api.jobs.drain();
+      const after = Math.floor(Date.now() / 1000);
+      expect(receiver.requests).toHaveLength(3);
+      expect(webhookIds(receiver.requests)).toEqual([run.id, run.id, run.id]);
+      for (const request of receiver.requests) {
+        const id = request.headers['webhook-id'] as string;
+        const timestamp = request.headers['webhook-timestamp'] as string;
+        expect(timestamp).toMatch(/^\d+$/);
+        expect(Number(timestamp)).toBeGreaterThanOrEqual(before);
+        expect(Number(timestamp)).toBeLessThanOrEqual(after);
+        const expected = createHmac('sha256', keyBytes).update(`${id}.${timestamp}.${request.body}`).digest('base64');
+        expect(request.headers['webhook-signature']).toBe(`v1,${expected}`);
+      }
+      // another run, another id
+      const other = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      receiver.script({ status: 200 });
+      await h.api.jobs.drain();
+      expect(receiver.requests[3]!.headers['webhook-id']).toBe(other.id);
+      expect(receiver.requests[3]!.headers['webhook-signature']).toBeUndefined();
+    });
+  });
+
+  describe('secrets never leak', () => {
+    it('no secret value and no callback token in logs, run errors, attempt errors or responses, whatever the failure', async () => {
+      const canaries = {
+        'leak-token': 'canary-bearer-4f1e9a',
+        'leak-password': 'canary-password-8c2d7b',
+        'leak-key': 'canary-header-key-3a6f0e',
+        'leak-jwt': 'canary-jwt-secret-with-enough-length-d41d',
+        'leak-query': 'canary-query-value-b7e3',
+        'leak-signing': 'canary-signing-secret-5e9f',
+      };
+      for (const [name, value] of Object.entries(canaries)) await h.putSecret(name, value);
+      const auths = [
+        { type: 'bearer', token: '{{ secrets.leak-token }}' },
+        { type: 'basic', username: 'u', password: '{{ secrets.leak-password }}' },
+        { type: 'header', name: 'x-api-key', value: '{{ secrets.leak-key }}' },
+        { type: 'jwt', secret: '{{ secrets.leak-jwt }}' },
+      ];
+      const modes: { replies: Reply[]; url?: (receiver: Receiver) => string; maxAttempts: number }[] = [
+        { replies: [{ status: 500, body: 'echo' }], maxAttempts: 2 },
+        { replies: [{ status: 401 }], maxAttempts: 3 },
+        { replies: [{ status: 302, headers: { location: 'http://127.0.0.1:9/steal' } }], maxAttempts: 3 },
+        { replies: [{ hang: true }], maxAttempts: 1 },
+        { replies: [{ drop: true }], maxAttempts: 2 },
+        { replies: [{ status: 200 }], maxAttempts: 3, url: (receiver) => receiver.url.replace('127.0.0.1', 'hooks.example.test') },
+      ];
+      const runIds: string[] = [];
+      const receivers: Receiver[] = [];
+      for (const [i, mode] of modes.entries()) {
+        const receiver = await h.receiver(...mode.replies);
+        receivers.push(receiver);
+        const action = await h.action({
+          url: `${mode.url?.(receiver) ?? receiver.url}/hook?key={{ secrets.leak-query }}`,
+          auth: auths[i % auths.length],
+          headers: { 'x-key': '{{ secrets.leak-key }}' },
+          payload: { callbackUrl: '{{ run.callbackUrl }}', callbackToken: '{{ run.callbackToken }}', token: '{{ secrets.leak-token }}' },
+          signingSecret: '{{ secrets.leak-signing }}',
+          retry: { maxAttempts: mode.maxAttempts, initialDelayMs: 0 },
+        });
+        runIds.push((await h.trigger(action)).id);
+      }
+      await h.api.jobs.drain();
+
+      const runs = await Promise.all(runIds.map((id) => h.run(id)));
+      expect(runs.map((run) => run.status)).toEqual(runIds.map(() => 'failed'));
+      for (const run of runs) expect(run.error).toMatch(/^\[delivery\] /);
+      expect(runs.at(-1).error).toMatch(/^\[delivery\] refused to call the webhook URL/);
+      await h.api.call('GET', `${h.env}/action-runs?limit=500`, { token: h.owner }).then((list) => h.responses.push(list));
+
+      // the tokens handed to the receivers
+      const callbackTokens = receivers.flatMap((receiver) => receiver.requests.map((request) => JSON.parse(request.body).callbackToken as string));
+      expect(callbackTokens.length).toBeGreaterThanOrEqual(5);
+      const forbidden = [...Object.values(canaries), ...new Set(callbackTokens)];
+      const logs = h.api.logs.join('\n');
+      for (const runId of runIds) expect(logs).toContain(runId);
+      const responses = h.responses.map((response) => JSON.stringify(response.body)).join('\n');
+      const errors = runs.flatMap((run) => [run.error, ...run.attempts.map((attempt: { error: string | null }) => attempt.error)]).join('\n');
+      for (const value of forbidden) {
+        expect(logs, 'a log line').not.toContain(value);
+        expect(errors, 'a run or attempt error').not.toContain(value);
+        expect(responses, 'a response body').not.toContain(value);
+      }
+    });
+
+    it('a credential no HTTP header can carry fails the run at once, without quoting it anywhere', async () => {
+      // the HTTP client refuses such a value, and its message quotes it
+      await h.putSecret('crlf-token', 'canary-crlf-6d2a\r\nx-injected: yes');
+      const receiver = await h.receiver({ status: 200 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, auth: { type: 'bearer', token: '{{ secrets.crlf-token }}' } }));
+      await h.api.jobs.drain();
+      const failed = await h.run(run.id);
+      expect(failed.status).toBe('failed');
+      expect(failed.error).toMatch(/^\[delivery\] the request could not be built: /);
+      expect(failed.attempts).toMatchObject([{ attempt: 1, httpStatus: null, outcome: 'failed' }]);
+      expect(receiver.requests).toHaveLength(0);
+      for (const text of [h.api.logs.join('\n'), JSON.stringify(failed)]) expect(text).not.toContain('canary-crlf-6d2a');
+    });
+  });
+});
+
+describe('the retry schedule', () => {
+  let h: Harness;
+  const clock = manualClock();
+  let jitter = 1;
+
+  beforeAll(async () => {
+    h = await createHarness({ clock, env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1' }, engine: { random: () => jitter } });
+  });
+  afterAll(() => h.close());
+
+  const scheduledAt = async (runId: string) => {
+    const [job] = await h.api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, runId));
+    return job && { attempt: job.attempt, inMs: job.runAt.getTime() - clock.now().getTime() };
+  };
+
+  /** Delivers what is due, then says when the run's next attempt is scheduled, counted from now. */
+  const step = async (runId: string) => {
+    await h.api.jobs.drain();
+    return scheduledAt(runId);
+  };
+
+  it('exponential: initialDelayMs × 2^(n-1), each due only when its time comes', async () => {
+    jitter = 1;
+    const receiver = await h.receiver({ status: 500 });
+    const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, retry: { maxAttempts: 4, backoff: 'exponential', initialDelayMs: 1000 } }));
+    expect(await step(run.id)).toEqual({ attempt: 2, inMs: 1000 });
+    clock.advance(999);
+    expect(await step(run.id)).toEqual({ attempt: 2, inMs: 1 });
+    expect(receiver.requests).toHaveLength(1);
+    clock.advance(1);
+    expect(await step(run.id)).toEqual({ attempt: 3, inMs: 2000 });
+    clock.advance(2000);
+    expect(await step(run.id)).toEqual({ attempt: 4, inMs: 4000 });
+    clock.advance(4000);
+    expect(await step(run.id)).toBeUndefined();
+    expect(receiver.requests).toHaveLength(4);
+    expect((await h.run(run.id)).error).toMatch(/^\[delivery\] gave up after 4 attempts/);
+  });
+
+  it('fixed: initialDelayMs every time', async () => {
+    jitter = 1;
+    const receiver = await h.receiver({ status: 502 });
+    const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, retry: { maxAttempts: 3, backoff: 'fixed', initialDelayMs: 1500 } }));
+    expect(await step(run.id)).toEqual({ attempt: 2, inMs: 1500 });
+    clock.advance(1500);
+    expect(await step(run.id)).toEqual({ attempt: 3, inMs: 1500 });
+    clock.advance(1500);
+    expect(await step(run.id)).toBeUndefined();
+    expect(receiver.requests).toHaveLength(3);
+  });
+
+  it('full jitter: the delay is random × the backoff', async () => {
+    jitter = 0.25;
+    const receiver = await h.receiver({ status: 500 });
+    const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, retry: { maxAttempts: 3, backoff: 'exponential', initialDelayMs: 4000 } }));
+    expect(await step(run.id)).toEqual({ attempt: 2, inMs: 1000 });
+    clock.advance(1000);
+    expect(await step(run.id)).toEqual({ attempt: 3, inMs: 2000 });
+    clock.advance(2000);
+    await h.api.jobs.drain();
+  });
+
+  it('Retry-After wins over a shorter backoff, in seconds or as an HTTP date', async () => {
+    jitter = 0;
+    const date = new Date(clock.now().getTime() + 30_000).toUTCString();
+    const receiver = await h.receiver(
+      { status: 429, headers: { 'retry-after': '7' } },
+      { status: 503, headers: { 'retry-after': date } },
+      { status: 200 },
+    );
+    const run = await h.trigger(await h.action({ url: `${receiver.url}/hook`, retry: { maxAttempts: 3, initialDelayMs: 1000 } }));
+    expect(await step(run.id)).toEqual({ attempt: 2, inMs: 7000 });
+    clock.advance(7000);
+    expect(await step(run.id)).toEqual({ attempt: 3, inMs: 23_000 });
+    clock.advance(23_000);
+    expect(await step(run.id)).toBeUndefined();
+    expect((await h.run(run.id)).status).toBe('running');
+  });
+});
+
+describe('the SSRF guard', () => {
+  let h: Harness;
+  let receiver: Receiver;
+  const port = () => new URL(receiver.url).port;
+
+  beforeAll(async () => {
+    h = await createHarness({
+      // the receiver on 127.0.0.1 is not listed
+      env: { OUTBOUND_ALLOWED_HOSTS: 'allowed.example.test' },
+      engine: {
+        resolveHost: async (host) => (host === 'hooks.example.test' ? ['127.0.0.1'] : ['203.0.113.10']),
+        // were the guard to let hooks.example.test through, the request would reach the receiver
+        fetch: (input, init) => fetch(String(input).replace('hooks.example.test', '127.0.0.1'), init),
+      },
+    });
+    receiver = await h.receiver({ status: 200 });
+  });
+  afterAll(() => h.close());
+
+  it.each([
+    ['loopback', () => `http://127.0.0.1:${port()}/hook`],
+    ['loopback in hex', () => `http://0x7f.1:${port()}/hook`],
+    ['loopback as one decimal', () => `http://2130706433:${port()}/hook`],
+    ['IPv4-mapped IPv6 loopback', () => `http://[::ffff:127.0.0.1]:${port()}/hook`],
+    ['the metadata address', () => 'http://169.254.169.254/latest/meta-data/'],
+    ['a private address', () => 'http://10.0.0.1/hook'],
+  ])('a trigger URL naming %s is refused at trigger: 400 outbound_url_refused, no run', async (_name, url) => {
+    const action = await h.action({ url: url() });
+    const entity = uniqueSlug('vm');
+    await h.api.call('POST', `${h.env}/entities`, { token: h.owner, body: { kind: 'Entity', entityType: 'vm', name: entity } });
+    const response = await h.api.call('POST', `${h.env}/entities/${entity}/actions/${action}`, { token: h.owner });
+    expectError(response, 400, 'outbound_url_refused');
+    expect((await h.api.call('GET', `${h.env}/action-runs?entity=${entity}`, { token: h.owner })).body).toEqual([]);
+    await h.api.jobs.drain();
+    expect(receiver.requests).toHaveLength(0);
+  });
+
+  it('a name resolving to loopback is accepted at trigger and refused at delivery; the receiver gets nothing', async () => {
+    const run = await h.trigger(await h.action({ url: `http://hooks.example.test:${port()}/hook` }));
+    expect(run.status).toBe('pending');
+    await h.api.jobs.drain();
+    const failed = await h.run(run.id);
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toBe('[delivery] refused to call the webhook URL: hooks.example.test resolves to 127.0.0.1, which is not a public address');
+    expect(failed.attempts).toMatchObject([{ attempt: 1, httpStatus: null, outcome: 'failed' }]);
+    expect(receiver.requests).toHaveLength(0);
+  });
+});

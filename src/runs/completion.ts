@@ -16,7 +16,10 @@ import { DELIVERY_PREFIX } from './delivery';
 
 export type RunRow = typeof actionRuns.$inferSelect;
 
-export type Transition = { ok: true; run: RunRow } | { ok: false; run: RunRow | undefined };
+export type Transition =
+  | { ok: true; run: RunRow }
+  /** `deliveryInProgress`: a cancel refused because a worker is sending the run's trigger right now. */
+  | { ok: false; run: RunRow | undefined; deliveryInProgress?: true };
 
 const active = inArray(actionRuns.status, [...ACTIVE_RUN_STATUSES]);
 
@@ -29,18 +32,43 @@ async function current(db: Db, runId: string, envId: string): Promise<RunRow | u
   return run;
 }
 
-/** pending → cancelled; a run in any other state is left as it is. */
+/**
+ * pending → cancelled, unless a worker holds the run's job: its request may
+ * already be at the receiver, and a run both cancelled and delivered is the
+ * one outcome a cancel must not produce. The caller gets the run still
+ * pending, with `deliveryInProgress`; once the attempt is recorded (or a dead
+ * worker's lease runs out) the run can be cancelled again, or is running.
+ *
+ * Locks the run's row, then its job's, the order of every other transition;
+ * a worker's claim skips the locked job (FOR UPDATE SKIP LOCKED), or, having
+ * leased it first, is seen here.
+ */
 export async function cancelRun(db: Db, clock: Clock, runId: string, envId: string): Promise<Transition> {
-  const cancelled = await db.transaction(async (tx) => {
+  const now = clock.now();
+  const outcome = await db.transaction(async (tx): Promise<{ run?: RunRow; deliveryInProgress?: true }> => {
+    const [pending] = await tx
+      .select({ id: actionRuns.id })
+      .from(actionRuns)
+      .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId), eq(actionRuns.status, 'pending')))
+      .for('no key update');
+    if (!pending) return {};
+    const [job] = await tx
+      .select({ leaseUntil: deliveryJobs.leaseUntil })
+      .from(deliveryJobs)
+      .where(eq(deliveryJobs.runId, runId))
+      .for('update');
+    // leased means held: a claim takes only jobs whose lease_until < now
+    if (job?.leaseUntil && job.leaseUntil >= now) return { deliveryInProgress: true };
     const [run] = await tx
       .update(actionRuns)
-      .set({ status: 'cancelled', completedAt: clock.now() })
-      .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId), eq(actionRuns.status, 'pending')))
+      .set({ status: 'cancelled', completedAt: now })
+      .where(eq(actionRuns.id, runId))
       .returning();
-    if (run) await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
-    return run;
+    await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, runId));
+    return { run };
   });
-  return cancelled ? { ok: true, run: cancelled } : { ok: false, run: await current(db, runId, envId) };
+  if (outcome.run) return { ok: true, run: outcome.run };
+  return { ok: false, run: await current(db, runId, envId), ...(outcome.deliveryInProgress ? { deliveryInProgress: true } : {}) };
 }
 
 export type CallbackResult = { status: 'succeeded'; output?: unknown } | { status: 'failed'; error: string; output?: unknown };

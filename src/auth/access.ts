@@ -1,11 +1,11 @@
-import { and, eq, isNull, sql, type SQL } from 'drizzle-orm';
+import { and, eq, gt, inArray, isNull, or, sql, type SQL } from 'drizzle-orm';
 import type { Caller, ServiceContext } from '../context';
 import type { Queryable } from '../db/client';
 import { environments, orgs, projects, serviceTokens } from '../db/schema';
 import { ApiError, notFound } from '../http/errors';
-import { pinnedEnvName, resolveCaller, tokenCaller, tokenCallerColumns } from './caller';
+import { pinnedEnvName, resolveCaller, tokenCaller, tokenCallerColumns, type CallerState } from './caller';
 import { isUuid } from '../modules/names';
-import { roleAllows, type Permission } from './permissions';
+import { ROLES, roleAllows, type Permission, type Role } from './permissions';
 
 /**
  * Tenancy and authorization in one place. Every lookup filters by the
@@ -194,4 +194,103 @@ export function assertEnvironmentPin(caller: Caller, env: { id: string; name: st
   if (caller.kind === 'token' && caller.envId !== null && caller.envId !== env.id) {
     throw new ApiError('forbidden', `token is pinned to environment "${caller.envName}"`);
   }
+}
+
+// --- one round trip: the rules above as SQL -----------------------------------
+
+const rolesWith = (permission: Permission) => ROLES.filter((role) => roleAllows(role, permission));
+
+/**
+ * What plainEnvironmentAccess selects: the token columns a caller is built
+ * from (tokenCaller) and the tenancy keys of the path, so the query can be a
+ * subquery or a WITH item of a larger statement. Drizzle refers to such
+ * columns by their alias alone, so each alias is one no table has.
+ */
+const plainAccessFields = {
+  tokenId: sql<string>`${serviceTokens.id}`.as('caller_token_id'),
+  tokenOrgId: sql<string>`${serviceTokens.orgId}`.as('caller_token_org_id'),
+  tokenProjectId: sql<string>`${serviceTokens.projectId}`.as('caller_token_project_id'),
+  tokenRole: sql<Role>`${serviceTokens.role}`.as('caller_token_role'),
+  tokenEnvId: sql<string | null>`${serviceTokens.envId}`.as('caller_token_env_id'),
+  // as a timestamp column maps it; null stays null
+  tokenExpiresAt: (sql`${serviceTokens.expiresAt}`.mapWith(serviceTokens.expiresAt) as SQL<Date | null>).as('caller_token_expires_at'),
+  orgId: sql<string>`${projects.orgId}`.as('caller_org_id'),
+  projectId: sql<string>`${projects.id}`.as('caller_project_id'),
+  envId: sql<string>`${environments.id}`.as('caller_env_id'),
+};
+
+/**
+ * authorizeEnvironment as SQL, for the statements that answer a whole
+ * request in one round trip (src/modules/entities/fast-paths.ts): the token
+ * joined with the project, organization and environment the path names,
+ * matching only a caller the checks above would let through unchanged.
+ * Each condition is one of those checks (named beside it); whatever it does
+ * not match — a revoked, expired or unknown token, another tenant, a role
+ * without `permission`, another environment's pin, a cell-scoped token, a
+ * suspended organization, a missing environment — finds no row, and the
+ * request goes the usual way (authorizeEnvironment and the service's own
+ * queries), which gives the answer: 401, 403, 404 or a scoped one. So these
+ * conditions may be stricter than the checks above but never looser:
+ * test/node/fast-paths.test.ts holds each case to the slow path's answer.
+ * At most one row: token hashes are unique, and so are a project's slug in
+ * its organization and an environment's name in its project.
+ *
+ * Placeholders: tokenHash, org, project, env, and now (ISO time: a token
+ * expiring at or before it is expired, as in tokenCaller).
+ */
+export function plainEnvironmentAccess(db: Queryable, shape: { orgById: boolean; projectById: boolean }, permission: Permission) {
+  return db
+    .select(plainAccessFields)
+    .from(serviceTokens)
+    .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
+    .innerJoin(orgs, eq(orgs.id, projects.orgId))
+    .innerJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, sql.placeholder('env'))))
+    .where(
+      and(
+        // the tenancy lookup (loadTenancy)
+        eq(serviceTokens.tokenHash, sql.placeholder('tokenHash')),
+        isNull(serviceTokens.revokedAt),
+        placeholderMatch(orgs, shape.orgById, 'org'),
+        placeholderMatch(projects, shape.projectById, 'project'),
+        isNull(orgs.deletedAt),
+        // tokenCaller: not expired
+        or(isNull(serviceTokens.expiresAt), gt(serviceTokens.expiresAt, sql.placeholder('now'))),
+        // assertNotSuspended
+        isNull(orgs.suspendedAt),
+        // requirePermission
+        inArray(serviceTokens.role, rolesWith(permission)),
+        // assertEnvironmentPin
+        or(isNull(serviceTokens.envId), eq(serviceTokens.envId, environments.id)),
+        // callerCellScope: a scoped token's reads and writes are checked against its cells
+        sql`cardinality(${serviceTokens.cellScopes}) = 0`,
+      ),
+    );
+}
+
+export type PlainAccessRow = { [K in keyof typeof plainAccessFields]: (typeof plainAccessFields)[K]['_']['type'] };
+
+/** The columns of plainEnvironmentAccess used as a subquery or WITH item named `from`, as a nested selection. */
+export function plainAccessColumns(from: { [K in keyof typeof plainAccessFields]: (typeof plainAccessFields)[K] }) {
+  const { tokenId, tokenOrgId, tokenProjectId, tokenRole, tokenEnvId, tokenExpiresAt, orgId, projectId, envId } = from;
+  return { tokenId, tokenOrgId, tokenProjectId, tokenRole, tokenEnvId, tokenExpiresAt, orgId, projectId, envId };
+}
+
+/** Settles the caller of a request plainEnvironmentAccess matched, from the columns it selected. */
+export function settlePlainCaller(
+  state: CallerState,
+  row: PlainAccessRow,
+  ref: EnvRef,
+  now: Date,
+): void {
+  state.settle(
+    tokenCaller(
+      {
+        ...row,
+        // plainEnvironmentAccess matches no cell-scoped token, and a pinned one only in its own environment: the path's
+        tokenCellScopes: [],
+        pinnedEnvName: row.tokenEnvId === null ? null : ref.env,
+      },
+      { now: () => now },
+    ),
+  );
 }

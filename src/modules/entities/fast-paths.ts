@@ -1,10 +1,12 @@
-import { and, eq, sql } from 'drizzle-orm';
+import { and, eq, getTableColumns, sql } from 'drizzle-orm';
 import { plainAccessColumns, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
-import { entities } from '../../db/schema';
+import { databaseError, SQLSTATE } from '../../db/errors';
+import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
+import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
 import { isUuid } from '../names';
-import type { EntityRow } from './service';
+import { toEntity, type EntityRow } from './service';
 
 /**
  * The hottest entity requests in one round trip each. A request with a
@@ -67,5 +69,169 @@ export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: 
   });
   if (!row) return undefined;
   settlePlainCaller(state, row.caller, ref, now);
+  return row.entity;
+}
+
+// --- create ------------------------------------------------------------------------
+
+/**
+ * Entity type definitions as a create last validated against them, per
+ * process, keyed by the path's organization and project (as written: id or
+ * slug) and the type's name. Only a hint: the create statement re-checks,
+ * under its share lock, that the type row is still the version the
+ * definition was read from (EntityTypeVersion), and does nothing otherwise.
+ * An entry lives a minute at most, so an xmin cannot come round again
+ * (2^32 transactions) while it is in use.
+ */
+const typeCache = new Map<string, { definition: EntityTypeDefinition; version: EntityTypeVersion; at: number }>();
+const TYPE_CACHE_TTL_MS = 60_000;
+const TYPE_CACHE_SIZE = 1000;
+const typeKey = (ref: EnvRef, typeName: string) => JSON.stringify([ref.org, ref.project, typeName]);
+
+export function rememberEntityType(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  type: { definition: EntityTypeDefinition; version: EntityTypeVersion },
+): void {
+  const key = typeKey(ref, type.definition.name);
+  typeCache.delete(key);
+  if (typeCache.size >= TYPE_CACHE_SIZE) typeCache.delete(typeCache.keys().next().value!);
+  typeCache.set(key, { ...type, at: ctx.clock.now().getTime() });
+}
+
+export function rememberedEntityType(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  typeName: string,
+): { definition: EntityTypeDefinition; version: EntityTypeVersion } | undefined {
+  const entry = typeCache.get(typeKey(ref, typeName));
+  if (!entry) return undefined;
+  const age = ctx.clock.now().getTime() - entry.at;
+  return age >= 0 && age < TYPE_CACHE_TTL_MS ? entry : undefined;
+}
+
+const entityColumns = getTableColumns(entities);
+type EntityColumns = typeof entityColumns;
+
+const plainEntityCreate = perHandle((db, shape, name) => {
+  const caller = db.$with('caller').as(plainEnvironmentAccess(db, shape, 'data:write'));
+  // the type row, share-locked to commit like the transactional path's, and only at the version validated against
+  const entityType = db.$with('entity_type', { name: entityTypes.name }).as(sql`
+    select ${entityTypes.name} from ${entityTypes}, ${caller}
+    where ${entityTypes.id} = ${sql.placeholder('typeId')} and ${entityTypes}.xmin = ${sql.placeholder('typeXmin')}::xid
+      and ${entityTypes.projectId} = ${caller.projectId}
+    for share of ${entityTypes}`);
+  // a taken name inserts nothing, and then nothing below happens either
+  const inserted = db.$with('inserted', entityColumns).as(sql`
+    insert into ${entities} (org_id, project_id, env_id, entity_type_name, name, state, properties, labels,
+                             last_synced_at, sync_source, created_at, updated_at)
+    select ${caller.orgId}, ${caller.projectId}, ${caller.envId}, ${entityType.name}, ${sql.placeholder('name')},
+           ${sql.placeholder('state')}, ${sql.placeholder('properties')}::jsonb, ${sql.placeholder('labels')}::jsonb,
+           ${sql.placeholder('lastSyncedAt')}::timestamptz, ${sql.placeholder('syncSource')}::text,
+           ${sql.placeholder('now')}::timestamptz, ${sql.placeholder('now')}::timestamptz
+    from ${caller}, ${entityType}
+    on conflict (env_id, name) do nothing
+    returning *`);
+  // no ON CONFLICT: a key another entity holds fails the whole statement, and the caller takes the transactional path
+  const uniqueKeys = db.$with('unique_keys', { claimed: sql<number>`1` }).as(sql`
+    insert into ${entityUniqueKeys} (env_id, entity_type_name, constraint_key, value_key, entity_id)
+    select ${inserted.envId}, ${inserted.entityTypeName}, key.constraint_key, key.value_key, ${inserted.id}
+    from ${inserted}, jsonb_to_recordset(${sql.placeholder('uniqueKeys')}::jsonb) as key(constraint_key text, value_key text)
+    returning 1 as claimed`);
+  // recordEntityChange's two steps (src/stream/change-log.ts). The counter's row lock comes last, as on the
+  // transactional path: counting unique_keys makes Postgres claim the keys before it reaches the counter's row.
+  const changeSeq = db.$with('change_seq', { changeSeq: environments.changeSeq }).as(sql`
+    update ${environments} set change_seq = change_seq + 1
+    where ${environments.id} = (select ${inserted.envId} from ${inserted}) and (select count(*) from ${uniqueKeys}) >= 0
+    returning change_seq`);
+  // the change's entity: the API's Entity, built by toEntity from the request, with the ids only the statement knows
+  const change = db.$with('change', { seq: entityChanges.seq }).as(sql`
+    insert into ${entityChanges} (env_id, seq, type, entity_id, entity_name, entity_type_name, entity)
+    select ${inserted.envId}, ${changeSeq.changeSeq}, 'entity.created', ${inserted.id}, ${inserted.name}, ${inserted.entityTypeName},
+           ${sql.placeholder('entity')}::jsonb || jsonb_build_object('id', ${inserted.id}, 'orgId', ${inserted.orgId},
+             'projectId', ${inserted.projectId}, 'envId', ${inserted.envId})
+    from ${inserted}, ${changeSeq}
+    returning seq`);
+  const entity = Object.fromEntries(Object.keys(entityColumns).map((key) => [key, inserted[key as keyof EntityColumns]])) as {
+    [K in keyof EntityColumns]: (typeof inserted)[K];
+  };
+  return db
+    .with(caller, entityType, inserted, uniqueKeys, changeSeq, change)
+    .select({ caller: plainAccessColumns(caller), entity, seq: change.seq })
+    .from(inserted)
+    .innerJoin(caller, sql`true`)
+    .innerJoin(change, sql`true`)
+    .prepare(name);
+}, 'cellplane_entity_create');
+
+/** What the create statement writes, validated by the caller against `type`. */
+export interface PlainCreate {
+  type: { definition: EntityTypeDefinition; version: EntityTypeVersion };
+  name: string;
+  state: string;
+  properties: Record<string, unknown>;
+  labels: Record<string, string>;
+  lastSyncedAt: Date | null;
+  syncSource: string | null;
+  uniqueKeys: { constraintKey: string; valueKey: string }[];
+  now: Date;
+}
+
+/**
+ * POST .../entities in one statement, for a caller without cell scopes, with
+ * the values already validated against `type`: the token and tenancy check,
+ * the type's share lock and version check, the entity, its unique keys and
+ * its change-log row, all or nothing. Undefined when it wrote nothing (any
+ * rule not plainly met, the type changed, the name or a unique value taken,
+ * the environment going away): the transactional path then gives the answer.
+ * Without a transaction there is no BEGIN or COMMIT to send, and one
+ * round trip is left of six.
+ */
+export async function createEntityPlainly(ctx: ServiceContext, ref: EnvRef, create: PlainCreate): Promise<EntityRow | undefined> {
+  const state = ctx.callerState;
+  if (state.resolved) return undefined;
+  const draft: EntityRow = {
+    // set by the statement: the Entity of the change row gets them there too
+    id: '',
+    orgId: '',
+    projectId: '',
+    envId: '',
+    entityTypeName: create.type.definition.name,
+    name: create.name,
+    state: create.state,
+    properties: create.properties,
+    labels: create.labels,
+    lastSyncedAt: create.lastSyncedAt,
+    syncSource: create.syncSource,
+    createdAt: create.now,
+    updatedAt: create.now,
+  };
+  let row;
+  try {
+    [row] = await plainEntityCreate(ctx, ref).execute({
+      tokenHash: state.tokenHash!,
+      org: ref.org,
+      project: ref.project,
+      env: ref.env,
+      now: create.now.toISOString(),
+      typeId: create.type.version.id,
+      typeXmin: create.type.version.xmin,
+      name: create.name,
+      state: create.state,
+      properties: JSON.stringify(create.properties),
+      labels: JSON.stringify(create.labels),
+      lastSyncedAt: create.lastSyncedAt?.toISOString() ?? null,
+      syncSource: create.syncSource,
+      uniqueKeys: JSON.stringify(create.uniqueKeys.map((key) => ({ constraint_key: key.constraintKey, value_key: key.valueKey }))),
+      entity: JSON.stringify(toEntity(draft)),
+    });
+  } catch (error) {
+    // a unique value another entity holds, or the environment or type deleted meanwhile: nothing was written
+    const code = databaseError(error)?.code;
+    if (code === SQLSTATE.uniqueViolation || code === SQLSTATE.foreignKeyViolation) return undefined;
+    throw error;
+  }
+  if (!row) return undefined;
+  settlePlainCaller(state, row.caller, ref, create.now);
   return row.entity;
 }

@@ -43,6 +43,34 @@ export async function getEntityTypeDefinition(
   return row as EntityTypeDefinition;
 }
 
+/**
+ * Which committed version of an entity type's row a definition was read
+ * from: its id and `xmin`, the transaction that wrote that version. Every
+ * committed UPDATE of the row writes a new version with a new xmin (and a
+ * delete and re-create a new id), so a statement that finds the row with this
+ * id and xmin under its own lock is looking at this very definition.
+ */
+export interface EntityTypeVersion {
+  id: string;
+  xmin: string;
+}
+
+/** getEntityTypeDefinition with `lock: 'share'`, and the version of the row it read. */
+export async function shareEntityTypeVersion(
+  tx: Queryable,
+  projectId: string,
+  name: string,
+): Promise<{ definition: EntityTypeDefinition; version: EntityTypeVersion }> {
+  const [found] = await tx
+    .select({ row: entityTypes, xmin: sql<string>`${entityTypes}.xmin::text` })
+    .from(entityTypes)
+    .where(and(eq(entityTypes.projectId, projectId), eq(entityTypes.name, name)))
+    .limit(1)
+    .for('share');
+  if (!found) throw notFound(`entity type "${name}"`);
+  return { definition: found.row as EntityTypeDefinition, version: { id: found.row.id, xmin: found.xmin } };
+}
+
 const toEntityType = (row: EntityTypeRow): EntityType => {
   const definition = row as EntityTypeDefinition;
   return {

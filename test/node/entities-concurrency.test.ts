@@ -135,6 +135,41 @@ describe('entities under concurrent writes', () => {
     }
   });
 
+  it('creates in one statement racing a type update: no committed entity is in a state its committed type lacks', async () => {
+    const env = await newEnv();
+    const typesPath = `/${tenant.org.slug}/${tenant.project.slug}/entity-types`;
+    for (let round = 0; round < 6; round++) {
+      const type = fresh('racy');
+      const definition = { kind: 'EntityType', name: type, states: ['a', 'b'], initialState: 'a' };
+      expect((await api.call('POST', typesPath, { token: owner, body: definition })).status).toBe(201);
+      // two creates first: from the second on, this process creates entities of the type in one statement
+      for (let i = 0; i < 2; i++) expect((await create(env.name, { entityType: type, name: fresh('warm') })).status).toBe(201);
+      const [typeUpdate, ...creates] = await Promise.all([
+        api.call('PUT', `${typesPath}/${type}`, { token: owner, body: { ...definition, states: ['a'] } }),
+        ...Array.from({ length: 6 }, () => create(env.name, { entityType: type, name: fresh('e'), state: 'b' })),
+      ]);
+      for (const response of creates) {
+        expect([201, 400], JSON.stringify(response.body)).toContain(response.status);
+        if (response.status === 400) expect(response.body.code).toBe('invalid_state');
+      }
+      const [committed] = await api.db.select({ states: entityTypes.states }).from(entityTypes).where(
+        and(eq(entityTypes.projectId, tenant.project.id), eq(entityTypes.name, type)),
+      );
+      const rows = await api.db.select().from(entities).where(and(eq(entities.envId, env.id), eq(entities.entityTypeName, type)));
+      // never an entity in a state the committed type does not declare
+      for (const row of rows) expect(committed!.states, `${row.name} in ${row.state}`).toContain(row.state);
+      // exactly the 201s were written
+      const written = rows.filter((row) => row.state === 'b').map((row) => row.name).sort();
+      expect(written).toEqual(creates.filter((r) => r.status === 201).map((r) => r.body.name).sort());
+      if (typeUpdate.status === 200) expect(written).toEqual([]);
+      else expect({ status: typeUpdate.status, code: typeUpdate.body.code }).toEqual({ status: 409, code: 'still_referenced' });
+    }
+    // every change is logged once, in sequence
+    const changes = await changesOf(env.id);
+    expect(changes.map((c) => c.seq)).toEqual(Array.from({ length: changes.length }, (_, i) => i + 1));
+    expect(changes).toHaveLength((await api.db.select().from(entities).where(eq(entities.envId, env.id))).length);
+  });
+
   it('a delete racing updates of the same entity: each request either applies and is logged, or is 404', async () => {
     const env = await newEnv();
     expect((await create(env.name, { name: 'victim' })).status).toBe(201);

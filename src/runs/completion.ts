@@ -125,8 +125,10 @@ export async function reapTimedOutRuns(db: Db, clock: Clock): Promise<string[]> 
       set status = 'failed',
           completed_at = ${now},
           error = case when status = 'pending'
-            then ${`${DELIVERY_PREFIX} timed out after `} || timeout_minutes || ' minutes before the trigger could be delivered'
-            else 'timed out after ' || timeout_minutes || ' minutes without a completion'
+            then ${`${DELIVERY_PREFIX} timed out after `} || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
+              || ' before the trigger could be delivered'
+            else 'timed out after ' || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
+              || ' without a completion'
           end
       where status in ('pending', 'running') and timeout_at <= ${now}
       returning id
@@ -137,9 +139,19 @@ export async function reapTimedOutRuns(db: Db, clock: Clock): Promise<string[]> 
   return (result as unknown as { rows: { id: string }[] }).rows.map((row) => row.id);
 }
 
-/** Worker: a delivery message that failed in the consumer past the queue's retries. */
-export async function failDeadLettered(db: Db, clock: Clock, runId: string): Promise<boolean> {
+/**
+ * Worker: a delivery message that failed in the consumer past the queue's
+ * retries. Only the attempt it stood for is given up: when the job has moved
+ * on (a duplicate or swept message delivered it, or scheduled a later
+ * attempt), the dead letter is stale and the run is left alone.
+ */
+export async function failDeadLettered(db: Db, clock: Clock, runId: string, attempt: number): Promise<boolean> {
   return db.transaction(async (tx) => {
+    const [job] = await tx
+      .delete(deliveryJobs)
+      .where(and(eq(deliveryJobs.runId, runId), eq(deliveryJobs.attempt, attempt)))
+      .returning({ runId: deliveryJobs.runId });
+    if (!job) return false;
     const [run] = await tx
       .update(actionRuns)
       .set({
@@ -147,9 +159,8 @@ export async function failDeadLettered(db: Db, clock: Clock, runId: string): Pro
         completedAt: clock.now(),
         error: `${DELIVERY_PREFIX} the delivery could not be processed (its queue message was dead-lettered after repeated consumer failures)`,
       })
-      .where(and(eq(actionRuns.id, runId), active))
+      .where(and(eq(actionRuns.id, runId), eq(actionRuns.status, 'pending')))
       .returning({ id: actionRuns.id });
-    await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, runId));
     return run !== undefined;
   });
 }

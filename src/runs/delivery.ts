@@ -204,6 +204,10 @@ async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: str
     allowedHosts: engine.config.outboundAllowedHosts,
     resolve: engine.resolveHost,
   });
+  if (!verdict.ok && verdict.transient) {
+    // DNS may answer later: retried like any network error
+    return { outcome: { kind: 'network-error' }, httpStatus: null, problem: `network error (${verdict.reason})`, latencyMs: elapsed() };
+  }
   if (!verdict.ok) throw new Undeliverable(`refused to call the webhook URL: ${verdict.reason}`);
   let request: OutboundRequest;
   try {

@@ -16,7 +16,10 @@ import ipaddr from 'ipaddr.js';
 /** Resolves a host name to its addresses (Node: dns.lookup). Hosts without one pass names through unchecked. */
 export type ResolveHost = (hostname: string) => Promise<string[]>;
 
-export type OutboundVerdict = { ok: true; url: URL; addresses: string[] } | { ok: false; reason: string };
+export type OutboundVerdict =
+  | { ok: true; url: URL; addresses: string[] }
+  /** `transient`: the name did not resolve now; a later attempt may succeed (retried as a network error). */
+  | { ok: false; reason: string; transient?: true };
 
 /** Names that mean "this machine" or a cloud metadata service whatever DNS says. */
 const BLOCKED_NAMES = [/^localhost$/, /\.localhost$/, /^metadata$/, /^metadata\.google\.internal$/, /\.internal$/];
@@ -75,9 +78,9 @@ export async function checkOutboundUrl(
   try {
     addresses = await options.resolve(hostname);
   } catch {
-    return { ok: false, reason: `${hostname} does not resolve` };
+    return { ok: false, reason: `${hostname} does not resolve`, transient: true };
   }
-  if (addresses.length === 0) return { ok: false, reason: `${hostname} does not resolve` };
+  if (addresses.length === 0) return { ok: false, reason: `${hostname} does not resolve`, transient: true };
   const blocked = addresses.find((address) => !isPublicAddress(address));
   if (blocked) return { ok: false, reason: `${hostname} resolves to ${blocked}, which is not a public address` };
   return { ok: true, url, addresses };

@@ -84,7 +84,7 @@ export async function consumeDeadLetters(engine: RunEngine, messages: readonly Q
       }
       const { runId, attempt } = message.body;
       try {
-        const failed = await failDeadLettered(engine.db, engine.clock, runId);
+        const failed = await failDeadLettered(engine.db, engine.clock, runId, attempt);
         engine.logger.error('delivery dead-lettered', { runId, attempt, runFailed: failed });
         message.ack();
       } catch (error) {

@@ -275,11 +275,11 @@ describe('run completion', () => {
       expect(reaped).toEqual(expect.arrayContaining([running.id, pending.id]));
 
       const timedOut = await getRun(running.id);
-      expect(timedOut).toMatchObject({ status: 'failed', error: 'timed out after 1 minutes without a completion' });
+      expect(timedOut).toMatchObject({ status: 'failed', error: 'timed out after 1 minute without a completion' });
       expect(timedOut.completedAt).toBe(clock.now().toISOString());
       const neverDelivered = await getRun(pending.id);
       expect(neverDelivered.status).toBe('failed');
-      expect(neverDelivered.error).toMatch(/^\[delivery\] timed out after 1 minutes/);
+      expect(neverDelivered.error).toMatch(/^\[delivery\] timed out after 1 minute before the trigger could be delivered$/);
       // its retry is dropped with it
       expect(await api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, pending.id))).toEqual([]);
       const requests = receiver.requests.length;

@@ -548,7 +548,10 @@ describe('the SSRF guard', () => {
       // the receiver on 127.0.0.1 is not listed
       env: { OUTBOUND_ALLOWED_HOSTS: 'allowed.example.test' },
       engine: {
-        resolveHost: async (host) => (host === 'hooks.example.test' ? ['127.0.0.1'] : ['203.0.113.10']),
+        resolveHost: async (host) => {
+          if (host === 'nxdomain.example.test') throw new Error('ENOTFOUND');
+          return host === 'hooks.example.test' ? ['127.0.0.1'] : ['203.0.113.10'];
+        },
         // were the guard to let hooks.example.test through, the request would reach the receiver
         fetch: (input, init) => fetch(String(input).replace('hooks.example.test', '127.0.0.1'), init),
       },
@@ -584,5 +587,14 @@ describe('the SSRF guard', () => {
     expect(failed.error).toBe('[delivery] refused to call the webhook URL: hooks.example.test resolves to 127.0.0.1, which is not a public address');
     expect(failed.attempts).toMatchObject([{ attempt: 1, httpStatus: null, outcome: 'failed' }]);
     expect(receiver.requests).toHaveLength(0);
+  });
+
+  it('a name that does not resolve (yet) is a network error and retried, not refused', async () => {
+    const run = await h.trigger(await h.action({ url: 'http://nxdomain.example.test/hook', retry: { maxAttempts: 2, initialDelayMs: 0 } }));
+    await h.api.jobs.drain();
+    const failed = await h.run(run.id);
+    expect(failed.status).toBe('failed');
+    expect(failed.attempts.map((a: { outcome: string }) => a.outcome)).toEqual(['retry', 'failed']);
+    expect(failed.error).toBe('[delivery] gave up after 2 attempts; the last one: network error (nxdomain.example.test does not resolve)');
   });
 });

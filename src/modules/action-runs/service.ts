@@ -299,7 +299,14 @@ export async function cancelRunRequest(ctx: ServiceContext, ref: EnvRef, id: str
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const run = await visibleRun(ctx, env.id, project.id, id);
   const result = await cancelRun(ctx.db, ctx.clock, run.id, env.id);
-  return withAttempts(ctx.db, settled(result, id, (status) => new ApiError('run_not_cancellable', `action run "${id}" is ${status}; only a pending run can be cancelled`)));
+  return withAttempts(
+    ctx.db,
+    settled(result, id, (status) =>
+      'deliveryInProgress' in result && result.deliveryInProgress
+        ? new ApiError('run_not_cancellable', `action run "${id}" is being delivered right now; it can no longer be cancelled`)
+        : new ApiError('run_not_cancellable', `action run "${id}" is ${status}; only a pending run can be cancelled`),
+    ),
+  );
 }
 
 function settled(result: Transition, id: string, conflict: (status: string) => ApiError): RunRow {

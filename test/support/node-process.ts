@@ -31,6 +31,8 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', ...env, PORT: port },
     stdio: ['ignore', 'pipe', 'pipe'],
+    // its own process group, so a SIGKILL reaches the server under the tsx CLI too (tsx relays only catchable signals)
+    detached: true,
   });
   let output = '';
   child.stdout!.on('data', (chunk) => (output += chunk));
@@ -46,7 +48,9 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
     url,
     output: () => output,
     stop: async (signal = 'SIGTERM') => {
-      if (child.exitCode === null) child.kill(signal);
+      if (child.exitCode !== null) return exited;
+      if (signal === 'SIGKILL') process.kill(-child.pid!, 'SIGKILL');
+      else child.kill(signal);
       return exited;
     },
   };

@@ -26,7 +26,8 @@ export interface Benchmark {
   run(context: BenchContext): Promise<void>;
 }
 
-export type RawQuery = (text: string, params: unknown[]) => Promise<{ rows: unknown[] }>;
+/** With a `name`, node-postgres prepares the statement once per connection (PGlite ignores it). */
+export type RawQuery = (text: string, params: unknown[], name?: string) => Promise<{ rows: unknown[] }>;
 
 export interface BenchContext {
   database: NodeDatabase;
@@ -74,7 +75,7 @@ async function openBenchDatabase(): Promise<BenchDatabase> {
 function rawQuery(database: NodeDatabase): RawQuery {
   return database.kind === 'pglite'
     ? (text, params) => database.pglite.query(text, params)
-    : (text, params) => database.pool.query(text, params);
+    : (text, params, name) => (name ? database.pool.query({ name, text, values: params }) : database.pool.query(text, params));
 }
 
 export function positiveInteger(name: string, fallback: number): number {
@@ -119,11 +120,24 @@ export function bareHonoCase({ bare }: BenchContext): Case {
 }
 
 /** A request with a JSON body and, when given, a bearer token. */
-export const json = (method: string, body: unknown, token?: string): RequestInit => ({
-  method,
-  headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-  body: JSON.stringify(body),
-});
+/**
+ * A request with a JSON body and, when given, a bearer token. It carries
+ * Content-Length, as an HTTP client sends it for a body of known size (and
+ * @hono/node-server passes it on): without it, the body-limit middleware has
+ * to count the bytes through a stream, a cost real requests do not have.
+ */
+export const json = (method: string, body: unknown, token?: string): RequestInit => {
+  const text = JSON.stringify(body);
+  return {
+    method,
+    headers: {
+      'content-type': 'application/json',
+      'content-length': String(new TextEncoder().encode(text).length),
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    },
+    body: text,
+  };
+};
 
 export const bearer = (token: string): RequestInit => ({ headers: { authorization: `Bearer ${token}` } });
 
@@ -203,6 +217,8 @@ const statementText = (first: unknown) => (typeof first === 'string' ? first : S
 export interface Statement {
   text: string;
   params: unknown[];
+  /** The prepared statement's name, when the app sent it as a named one. */
+  name?: string;
 }
 
 /** The texts of the statements `run` sends: see recordStatements. */
@@ -221,7 +237,8 @@ export async function recordStatements(database: NodeDatabase, run: () => Promis
   const mark = (text: string) => seen.push({ text, params: [] });
   const recording = (original: Method): Method =>
     function (this: unknown, ...args: unknown[]) {
-      seen.push({ text: statementText(args[0]), params: Array.isArray(args[1]) ? args[1] : [] });
+      const name = typeof args[0] === 'object' ? (args[0] as { name?: string }).name || undefined : undefined;
+      seen.push({ text: statementText(args[0]), params: Array.isArray(args[1]) ? args[1] : [], name });
       return original.apply(this, args);
     };
 
@@ -313,7 +330,23 @@ export function replayCase({ raw }: BenchContext, name: string, statements: Stat
     name,
     queries: statements.length,
     call: async () => {
-      for (const statement of statements) await raw(statement.text, statement.params);
+      // named as the app named them: the same prepared statement, so the same (generic) plan
+      for (const statement of statements) await raw(statement.text, statement.params, statement.name);
+    },
+  };
+}
+
+/**
+ * A diagnostic case for a write: its one recorded statement replayed raw,
+ * with `vary` giving each call's parameters (a new entity name, say), so it
+ * inserts anew every time instead of conflicting.
+ */
+export function replayWriteCase({ raw }: BenchContext, name: string, statement: Statement, vary: (params: unknown[], i: number) => unknown[]): Case {
+  return {
+    name,
+    queries: 1,
+    call: async (i) => {
+      await raw(statement.text, vary(statement.params, i), statement.name);
     },
   };
 }

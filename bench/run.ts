@@ -7,8 +7,9 @@ import { entities } from './entities';
 import { foundation } from './foundation';
 import { openBench, type Benchmark } from './harness';
 import { runs } from './runs';
+import { stream } from './stream';
 
-const benchmarks: Benchmark[] = [foundation, entities, runs];
+const benchmarks: Benchmark[] = [foundation, entities, runs, stream];
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);

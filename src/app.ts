@@ -12,6 +12,7 @@ import type { Platform } from './platform';
 import { actionRunCallbackRoutes, actionRunRoutes, CALLBACK_PATH } from './modules/action-runs/routes';
 import { actionRoutes } from './modules/actions/routes';
 import { cellRoutes } from './modules/cells/routes';
+import { changeRoutes } from './modules/changes/routes';
 import { entityRoutes } from './modules/entities/routes';
 import { entityTypeRoutes } from './modules/entity-types/routes';
 import { environmentRoutes } from './modules/environments/routes';
@@ -110,6 +111,8 @@ export function createApp(platform: Platform) {
   api.route('/', entityTypeRoutes);
   api.route('/', relationshipTypeRoutes);
   api.route('/', cellRoutes);
+  // before the entity routes: `stream` is a path of its own, not an entity named so
+  api.route('/', changeRoutes);
   api.route('/', entityRoutes);
   api.route('/', relationshipRoutes);
   api.route('/', actionRoutes);

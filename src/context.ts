@@ -1,7 +1,7 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
-import type { BootstrapMemo, Clock, DeliveryScheduler } from './platform';
+import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler } from './platform';
 import type { CallerState } from './auth/caller';
 import type { Role } from './auth/permissions';
 
@@ -42,6 +42,13 @@ export interface ServiceContext {
   /** See Platform.namedStatements. */
   readonly namedStatements: boolean;
   readonly deliveries: DeliveryScheduler;
+  readonly changes: ChangeStreams;
+  /**
+   * Environments whose change log this request wrote to. Noted inside the
+   * writing transaction; published by the request middleware once the
+   * request has succeeded (so after the commit).
+   */
+  readonly changedEnvironments: Set<string>;
   readonly requestId: string;
 }
 

@@ -1,6 +1,7 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
+import type { SubscriptionRequest } from './stream/hub';
 
 /**
  * The ports each host implements (ARCHITECTURE.md). The core imports no
@@ -39,6 +40,17 @@ export interface DeliveryScheduler {
   schedule(job: { runId: string; attempt: number; runAt: Date }): Promise<void>;
 }
 
+/**
+ * The `changes` port: the entity change stream's fan-out. Node: the
+ * in-process hub; Worker: the environment's Durable Object.
+ */
+export interface ChangeStreams {
+  /** After a commit that logged changes of `envId`: subscribers read the log. Losing it delays, never loses, changes. */
+  publish(envId: string): Promise<void>;
+  /** Serves an SSE stream of one environment to a caller already authorized for it. */
+  open(request: SubscriptionRequest): Promise<Response>;
+}
+
 export interface Platform {
   config: Config;
   logger: Logger;
@@ -54,4 +66,5 @@ export interface Platform {
    */
   namedStatements: boolean;
   deliveries: DeliveryScheduler;
+  changes: ChangeStreams;
 }

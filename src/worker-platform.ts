@@ -5,7 +5,8 @@ import type { Db } from './db/client';
 import * as schema from './db/schema';
 import { createLogger, type Logger, type LogSink } from './logger';
 import { delaySecondsUntil, type DeliveryQueue } from './runs/queue';
-import { systemClock, type BootstrapMemo, type DatabaseLease, type Platform } from './platform';
+import { encodeSubscription, SUBSCRIPTION_HEADER } from './stream/subscription';
+import { type ChangeStreams, systemClock, type BootstrapMemo, type DatabaseLease, type Platform } from './platform';
 
 /**
  * The Worker's environment: the `[vars]` and secrets of wrangler.toml (all
@@ -85,6 +86,32 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
     deliveries: {
       schedule: (job) =>
         deliveryQueue(env).send({ runId: job.runId, attempt: job.attempt }, { delaySeconds: delaySecondsUntil(job.runAt, new Date()) }),
+    },
+    changes: environmentStreams(env),
+  };
+}
+
+/**
+ * The change stream on the Worker: one Durable Object per environment
+ * (durable-objects/environment-stream.ts), addressed by the environment's id.
+ * The Worker authorizes; the object holds the connections and reads the log.
+ */
+function environmentStreams(env: WorkerEnv): ChangeStreams {
+  const stub = (envId: string) => env.ENVIRONMENT_STREAM.get(env.ENVIRONMENT_STREAM.idFromName(envId));
+  return {
+    async publish(envId) {
+      const response = await stub(envId).fetch('https://environment-stream/publish', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ envId }),
+      });
+      await response.body?.cancel();
+    },
+    async open(request) {
+      const response = await stub(request.envId).fetch('https://environment-stream/subscribe', {
+        headers: { [SUBSCRIPTION_HEADER]: encodeSubscription(request) },
+      });
+      return new Response(response.body, response);
     },
   };
 }

@@ -31,6 +31,7 @@ export const ERROR_STATUS = {
   action_unavailable: 409,
   run_not_cancellable: 409,
   run_not_completable: 409,
+  resync_required: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
   idempotency_key_reused: 422,
@@ -38,6 +39,7 @@ export const ERROR_STATUS = {
   internal: 500,
   not_implemented: 501,
   codehost_not_configured: 503,
+  stream_limit_reached: 503,
 } as const satisfies Record<string, ContentfulStatusCode>;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

@@ -74,10 +74,22 @@ export const requestContext =
         bootstrap: platform.bootstrap,
         namedStatements: platform.namedStatements,
         deliveries: platform.deliveries,
+        changes: platform.changes,
+        changedEnvironments: new Set(),
         requestId: c.var.requestId,
       };
       c.set('services', services);
       await next();
+      for (const envId of services.changedEnvironments) {
+        const published = platform.changes.publish(envId).catch((error: unknown) =>
+          platform.logger.warn('could not publish entity changes; streams catch up at their next heartbeat', { envId, error }),
+        );
+        try {
+          c.executionCtx.waitUntil(published);
+        } catch {
+          // no execution context outside the Worker: the Node hub publishes in-process, nothing to wait for
+        }
+      }
     } finally {
       if (lease) {
         const released = lease.release();

@@ -18,9 +18,11 @@ const ERROR_DESCRIPTIONS = {
   403: 'Not allowed (forbidden, org_suspended)',
   404: 'Not found, or not visible to the caller (not_found)',
   409: 'Conflicts with existing state (already_exists)',
+  410: 'The resume point is older than the change log keeps (resync_required)',
   413: 'Request body over 1 MiB (payload_too_large)',
   422: 'The Idempotency-Key was used before with another request (idempotency_key_reused)',
   501: 'Not available on this server yet (not_implemented)',
+  503: 'At capacity or not configured (stream_limit_reached, codehost_not_configured)',
 } as const;
 
 type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;

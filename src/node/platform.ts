@@ -2,7 +2,9 @@ import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
 import type { Db } from '../db/client';
-import { systemClock, type Clock, type DeliveryScheduler, type Platform } from '../platform';
+import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Platform } from '../platform';
+import { ChangeHub, type HubOptions } from '../stream/hub';
+import { openSseResponse } from '../stream/sse-response';
 import { createRunEngine, type RunEngine } from '../runs/engine';
 import { JobRunner, type JobRunnerOptions } from './job-runner';
 import { resolveHost } from './resolve-host';
@@ -13,6 +15,8 @@ export interface NodePlatform {
   platform: Platform;
   /** Delivers runs and reaps timed-out ones; the server starts it (startServer), tests drive it. */
   jobs: JobRunner;
+  /** The entity change stream's fan-out. */
+  hub: ChangeHub;
   database: NodeDatabase;
   /** Where the embedded database lives, or undefined when DATABASE_URL is used. */
   dataDir: string | undefined;
@@ -52,7 +56,7 @@ export async function createNodePlatform(
     await database.close();
     throw error;
   }
-  const { platform, jobs } = platformWithJobRunner({
+  const { platform, jobs, hub } = platformWithJobRunner({
     config,
     logger,
     db: database.db,
@@ -61,9 +65,11 @@ export async function createNodePlatform(
   return {
     platform,
     jobs,
+    hub,
     database,
     dataDir,
     close: async () => {
+      hub.close();
       await jobs.stop();
       await database.close();
     },
@@ -91,6 +97,7 @@ export function platformOnSharedDatabase(options: {
   clock?: Clock;
   namedStatements?: boolean;
   deliveries?: DeliveryScheduler;
+  changes?: ChangeStreams;
 }): Platform {
   return {
     config: options.config,
@@ -100,8 +107,17 @@ export function platformOnSharedDatabase(options: {
     bootstrap: { closed: false },
     namedStatements: options.namedStatements ?? false,
     deliveries: options.deliveries ?? { schedule: async () => {} },
+    changes: options.changes ?? noChangeStreams,
   };
 }
+
+/** For platforms that serve no streams (benchmarks of other paths): publishing is a no-op, opening one fails. */
+const noChangeStreams: ChangeStreams = {
+  publish: async () => {},
+  open: async () => {
+    throw new Error('this platform serves no change streams');
+  },
+};
 
 /**
  * The Node host's platform and its job runner (QUEUE_DRIVER=pg): a trigger's
@@ -111,8 +127,9 @@ export function platformWithJobRunner(
   options: Parameters<typeof platformOnSharedDatabase>[0] & {
     engine?: Partial<Pick<RunEngine, 'fetch' | 'random' | 'resolveHost'>>;
     runner?: Partial<JobRunnerOptions>;
+    hub?: Partial<HubOptions>;
   },
-): { platform: Platform; engine: RunEngine; jobs: JobRunner } {
+): { platform: Platform; engine: RunEngine; jobs: JobRunner; hub: ChangeHub } {
   const engine = createRunEngine({
     db: options.db,
     config: options.config,
@@ -122,6 +139,11 @@ export function platformWithJobRunner(
     ...options.engine,
   });
   const jobs = new JobRunner(engine, options.runner);
-  const platform = platformOnSharedDatabase({ ...options, deliveries: { schedule: async () => jobs.nudge() } });
-  return { platform, engine, jobs };
+  const hub = new ChangeHub({ withDb: (work) => work(options.db), clock: engine.clock, logger: options.logger }, options.hub);
+  const platform = platformOnSharedDatabase({
+    ...options,
+    deliveries: { schedule: async () => jobs.nudge() },
+    changes: { publish: (envId) => hub.publish(envId), open: async (request) => openSseResponse(hub, request) },
+  });
+  return { platform, engine, jobs, hub };
 }

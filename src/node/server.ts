@@ -37,6 +37,8 @@ export async function startServer(env: Record<string, string | undefined>): Prom
   const stop = () =>
     (stopping ??= (async () => {
       logger.info('shutting down');
+      // open streams would hold server.close() forever: end them first
+      node.hub.close();
       await new Promise<void>((done) => server.close(() => done()));
       await node.close();
       logger.info('stopped');

@@ -79,7 +79,8 @@ export type CallbackResult = { status: 'succeeded'; output?: unknown } | { statu
  */
 export async function completeRun(
   db: Db,
-  deps: { clock: Clock; logger: Logger },
+  /** `changes`: where the entity's environment is noted when it moves (the request's changedEnvironments). */
+  deps: { clock: Clock; logger: Logger; changes: Set<string> },
   runId: string,
   envId: string,
   result: CallbackResult,
@@ -99,7 +100,7 @@ export async function completeRun(
     await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
     const target = result.status === 'succeeded' ? run.onSuccess : run.onFailure;
     if (target !== null && run.entityId !== null) {
-      const move = await moveEntityState(tx, deps.clock, run.entityId, target);
+      const move = await moveEntityState(tx, deps, run.entityId, target);
       if (!move.moved && move.reason === 'state-not-declared') {
         deps.logger.warn('run completed without moving its entity: the state is no longer one of its type', {
           runId: run.id,

@@ -1,4 +1,7 @@
+import type { AddressInfo } from 'node:net';
+import { serve, type ServerType } from '@hono/node-server';
 import { createApp } from '../../src/app';
+import type { ChangeHub, HubOptions } from '../../src/stream/hub';
 import { loadConfig } from '../../src/config';
 import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
@@ -33,6 +36,10 @@ export interface TestApi {
   /** The run engine and the job runner, not started: tests deliver with `jobs.drain()`, or `jobs.start()`. */
   engine: RunEngine;
   jobs: JobRunner;
+  /** The change stream's hub. */
+  hub: ChangeHub;
+  /** The app on a real HTTP server at 127.0.0.1 (for SSE clients and other real-socket tests); closed with the api. */
+  listen(): Promise<string>;
   db: Db;
   testDatabase: TestDatabase;
   /** Every log line the app wrote. */
@@ -50,9 +57,12 @@ export async function createTestApi(
     env?: Record<string, string>;
     engine?: Partial<Pick<RunEngine, 'fetch' | 'random' | 'resolveHost'>>;
     runner?: Partial<JobRunnerOptions>;
+    hub?: Partial<HubOptions>;
+    /** Another api's database, shared (a second app instance); it is dropped by its owner, not by this api. */
+    database?: TestDatabase;
   } = {},
 ): Promise<TestApi> {
-  const testDatabase = await createTestDatabase();
+  const testDatabase = options.database ?? (await createTestDatabase());
   const config = loadConfig({ ...TEST_SECRETS, ...(options.env ?? {}) });
   const logs: string[] = [];
   const logger = createLogger({
@@ -63,7 +73,7 @@ export async function createTestApi(
   let leases = 0;
   const db = testDatabase.database.db;
   // named statements exactly where a host would use them: on a real Postgres server
-  const { platform: shared, engine, jobs } = platformWithJobRunner({
+  const { platform: shared, engine, jobs, hub } = platformWithJobRunner({
     config,
     logger,
     db,
@@ -71,6 +81,7 @@ export async function createTestApi(
     namedStatements: usingPostgres(),
     engine: options.engine,
     runner: options.runner,
+    hub: options.hub,
   });
   const platform: Platform = {
     ...shared,
@@ -80,11 +91,21 @@ export async function createTestApi(
     },
   };
   const app = createApp(platform);
+  let server: ServerType | undefined;
   return {
     app,
     platform,
     engine,
     jobs,
+    hub,
+    async listen() {
+      if (!server) {
+        server = await new Promise<ServerType>((resolve) => {
+          const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s));
+        });
+      }
+      return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    },
     db,
     testDatabase,
     logs,
@@ -107,8 +128,13 @@ export async function createTestApi(
       return { status: response.status, body: parsed as any, headers: response.headers };
     },
     close: async () => {
+      hub.close();
+      if (server) {
+        const closing = server;
+        await new Promise<void>((resolve) => closing.close(() => resolve()));
+      }
       await jobs.stop();
-      await testDatabase.drop();
+      if (!options.database) await testDatabase.drop();
     },
   };
 }

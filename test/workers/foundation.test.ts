@@ -190,11 +190,11 @@ describe.sequential('the Worker host, foundation routes', () => {
 });
 
 describe('the Worker host, its other parts', () => {
-  it('binds the environment stream Durable Object, which says plainly it is not implemented yet', async () => {
+  it('binds the environment stream Durable Object, which answers only its own routes', async () => {
     const stub = env.ENVIRONMENT_STREAM.get(env.ENVIRONMENT_STREAM.idFromName('any-environment'));
     const response = await stub.fetch('http://stream/changes');
-    expect(response.status).toBe(501);
-    expect(await response.json()).toEqual({ error: 'the entity change stream is not implemented yet', code: 'not_implemented' });
+    expect(response.status).toBe(404);
+    expect(await response.json()).toEqual({ error: 'no route for GET /changes', code: 'not_found' });
   });
 
   it('refuses to start without DATABASE_URL, naming it', () => {

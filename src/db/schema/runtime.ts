@@ -164,6 +164,13 @@ export const entityChanges = pgTable(
     entityTypeName: text('entity_type_name').notNull(),
     /** The event's `entity`: the full Entity, or `{ id, name, entityTypeName }` for a delete. */
     entity: jsonb('entity').notNull(),
+    /**
+     * Deletes only: the cells the entity was a direct member of just before it
+     * went, so cell-filtered and cell-scoped streams still learn of the
+     * delete (its memberships are gone with it). Null for other changes,
+     * whose cells are read from the entity when the change is streamed.
+     */
+    cells: text('cells').array(),
     at: createdAt(),
   },
   (t) => [primaryKey({ columns: [t.envId, t.seq] }), index('entity_changes_at_idx').on(t.at)],

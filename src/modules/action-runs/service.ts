@@ -369,7 +369,7 @@ export async function completeRunByCallback(
     throw notFound(`action run "${id}"`);
   }
   if (found.org.suspendedAt) throw new ApiError('org_suspended', `organization "${found.org.slug}" is suspended`);
-  const result = await completeRun(ctx.db, { clock: ctx.clock, logger: ctx.logger }, id, found.run.envId, body);
+  const result = await completeRun(ctx.db, { clock: ctx.clock, logger: ctx.logger, changes: ctx.changedEnvironments }, id, found.run.envId, body);
   return withAttempts(
     ctx.db,
     settled(result, id, (status) => new ApiError('run_not_completable', `action run "${id}" is ${status}; only a pending or running run can be completed`)),

@@ -1,4 +1,4 @@
-import { and, eq, sql, type SQL } from 'drizzle-orm';
+import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { cells, entities } from '../../db/schema';
@@ -105,4 +105,41 @@ export async function assertEntityInScope(db: Queryable, scope: SQL | undefined,
     .where(and(eq(entities.id, entityId), scope))
     .limit(1);
   if (!row) throw new ApiError('cell_scope_violation', `entity "${name}" is outside the token's cells`);
+}
+
+/**
+ * The cells each of `entityIds` is a direct member of now, in one query
+ * whatever the number of entities (one membership test per cell of the
+ * project). Entities that no longer exist are absent from the map.
+ */
+export async function entityCells(db: Queryable, projectId: string, entityIds: string[]): Promise<Map<string, string[]>> {
+  const result = new Map<string, string[]>();
+  if (entityIds.length === 0) return result;
+  const projectCells = await db.select().from(cells).where(eq(cells.projectId, projectId));
+  if (projectCells.length === 0) {
+    for (const id of entityIds) result.set(id, []);
+    return result;
+  }
+  const memberships = sql.join(
+    projectCells.map((cell) => sql`case when ${cellMembershipCondition(cell)} then ${cell.name} end`),
+    sql`, `,
+  );
+  const rows = await db
+    .select({ id: entities.id, cells: sql<string[]>`array_remove(array[${memberships}]::text[], null)` })
+    .from(entities)
+    .where(inArray(entities.id, entityIds));
+  for (const row of rows) result.set(row.id, row.cells);
+  return result;
+}
+
+/**
+ * A cell-scoped caller's cells with every cell beneath them, by name; null
+ * for a caller without cell scopes. For readers that filter in memory (the
+ * change stream) rather than in SQL.
+ */
+export async function callerScopeCellNames(ctx: ServiceContext, projectId: string, db: Queryable = ctx.db): Promise<Set<string> | null> {
+  const caller = ctx.caller;
+  if (caller.kind !== 'token' || caller.cellScopes.length === 0) return null;
+  const projectCells = await db.select().from(cells).where(eq(cells.projectId, projectId));
+  return new Set(withDescendants(projectCells, caller.cellScopes).map((cell) => cell.name));
 }

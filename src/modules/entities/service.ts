@@ -8,7 +8,7 @@ import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { recordEntityChange } from '../../stream/change-log';
-import { assertEntityInScope, callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
+import { assertEntityInScope, callerCellScope, cellMembershipCondition, entityCells, getCell } from '../cells/membership';
 import { getEntityTypeDefinition, shareEntityTypeVersion, type EntityTypeDefinition } from '../entity-types/service';
 import { createEntityPlainly, readEntityPlainly, rememberedEntityType, rememberEntityType } from './fast-paths';
 import { validateProperties } from '../properties';
@@ -309,7 +309,11 @@ export async function listEntities(
 
 export async function createEntity(ctx: ServiceContext, ref: EnvRef, input: EntityCreate): Promise<Entity> {
   const plain = await createEntityInOneStatement(ctx, ref, input);
-  if (plain) return plain;
+  if (plain) {
+    // its statement wrote the change row too
+    ctx.changedEnvironments.add(plain.envId);
+    return plain;
+  }
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
   const lastSyncedAt = input.lastSyncedAt === undefined ? null : notInFuture(ctx, input.lastSyncedAt, 'lastSyncedAt');
   const scope = await callerCellScope(ctx, project.id);
@@ -346,7 +350,7 @@ export async function createEntity(ctx: ServiceContext, ref: EnvRef, input: Enti
     await assertEntityInScope(tx, scope, row.id, row.name);
     await claimUniqueKeys(tx, type, row);
     const entity = toEntity(row);
-    await recordEntityChange(tx, env.id, { type: 'entity.created', entity });
+    await recordEntityChange(tx, ctx.changedEnvironments, env.id, { type: 'entity.created', entity });
     return entity;
   });
 }
@@ -423,7 +427,7 @@ export async function updateEntity(ctx: ServiceContext, ref: EnvRef, name: strin
     // a change of labels, state or properties may take the entity out of derived cells
     await assertEntityInScope(tx, scope, row.id, row.name);
     const entity = toEntity(row);
-    await recordEntityChange(tx, env.id, { type: 'entity.updated', entity });
+    await recordEntityChange(tx, ctx.changedEnvironments, env.id, { type: 'entity.updated', entity });
     return entity;
   });
 }
@@ -433,9 +437,11 @@ export async function deleteEntity(ctx: ServiceContext, ref: EnvRef, name: strin
   const scope = await callerCellScope(ctx, project.id);
   await ctx.db.transaction(async (tx) => {
     const row = await entityForWrite(tx, env.id, name, scope, { lock: true });
+    // its memberships go with it: the change keeps them, so cell-filtered streams still learn of the delete
+    const cells = (await entityCells(tx, project.id, [row.id])).get(row.id) ?? [];
     // metrics, unique keys, cell memberships and relationships go with it (foreign keys cascade)
     await tx.delete(entities).where(eq(entities.id, row.id));
-    await recordEntityChange(tx, env.id, { type: 'entity.deleted', entity: toEntity(row) });
+    await recordEntityChange(tx, ctx.changedEnvironments, env.id, { type: 'entity.deleted', entity: toEntity(row), cells });
   });
   return { deleted: true, name };
 }

@@ -21,7 +21,7 @@ export type StateMove =
  * it). Lock order as for every entity write: the entity row, the type's row
  * FOR SHARE, the environment's change counter.
  */
-export async function moveEntityState(tx: Tx, clock: Clock, entityId: string, state: string): Promise<StateMove> {
+export async function moveEntityState(tx: Tx, deps: { clock: Clock; changes: Set<string> }, entityId: string, state: string): Promise<StateMove> {
   const [entity] = await tx.select().from(entities).where(eq(entities.id, entityId)).limit(1).for('update');
   if (!entity) return { moved: false, reason: 'entity-gone' };
   if (entity.state === state) return { moved: false, reason: 'already-there' };
@@ -29,9 +29,9 @@ export async function moveEntityState(tx: Tx, clock: Clock, entityId: string, st
   if (!type.states.includes(state)) return { moved: false, reason: 'state-not-declared' };
   const [updated] = await tx
     .update(entities)
-    .set({ state, updatedAt: clock.now() })
+    .set({ state, updatedAt: deps.clock.now() })
     .where(eq(entities.id, entityId))
     .returning();
-  const seq = await recordEntityChange(tx, updated!.envId, { type: 'entity.updated', entity: toEntity(updated!) });
+  const seq = await recordEntityChange(tx, deps.changes, updated!.envId, { type: 'entity.updated', entity: toEntity(updated!) });
   return { moved: true, entityName: updated!.name, seq };
 }

@@ -38,7 +38,7 @@ export async function stampEntitySync(
       .set({ lastSyncedAt: observedAt, syncSource: input.source, updatedAt: now })
       .where(eq(entities.id, current.id))
       .returning()) as [EntityRow];
-    await recordEntityChange(tx, env.id, { type: 'entity.updated', entity: toEntity(updated) });
+    await recordEntityChange(tx, ctx.changedEnvironments, env.id, { type: 'entity.updated', entity: toEntity(updated) });
     return updated;
   });
   return { name: row.name, lastSyncedAt: timestamp(row.lastSyncedAt!), syncSource: row.syncSource };

@@ -1,0 +1,1 @@
+ALTER TABLE "entity_changes" ADD COLUMN "cells" text[];

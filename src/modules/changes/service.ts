@@ -1,0 +1,61 @@
+import { authorizeEnvironment, type EnvRef } from '../../auth/access';
+import type { ServiceContext } from '../../context';
+import { ApiError } from '../../http/errors';
+import { attachCells, canResumeFrom, changeEvent, latestSeq, needsCells, passes, readChanges, type ChangeFilter } from '../../stream/feed';
+import { callerScopeCellNames, getCell } from '../cells/membership';
+import type { ChangesPage, ChangesQuery } from './schemas';
+
+/**
+ * `GET ENV/entities/stream` and `GET ENV/changes`: the same changes, the
+ * same filters and the same scope rules, pushed (SSE) or polled (JSON).
+ */
+
+async function changeFilter(
+  ctx: ServiceContext,
+  projectId: string,
+  query: { entityType?: string; cell?: string },
+): Promise<ChangeFilter> {
+  // an unknown cell is a 404, as for the entity list's filter
+  if (query.cell !== undefined) await getCell(ctx.db, projectId, query.cell);
+  return { entityType: query.entityType, cell: query.cell, scopeCells: await callerScopeCellNames(ctx, projectId) };
+}
+
+export async function openEntityStream(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  query: { entityType?: string; cell?: string },
+  after: number | null,
+): Promise<Response> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const filter = await changeFilter(ctx, project.id, query);
+  const caller = ctx.caller;
+  return ctx.changes.open({
+    envId: env.id,
+    projectId: project.id,
+    after,
+    filter,
+    token: caller.kind === 'token' ? { id: caller.tokenId, expiresAt: caller.expiresAt } : null,
+  });
+}
+
+export async function listChanges(ctx: ServiceContext, ref: EnvRef, query: ChangesQuery): Promise<ChangesPage> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
+  const filter = await changeFilter(ctx, project.id, query);
+  if (query.after > (await latestSeq(ctx.db, env.id))) {
+    throw new ApiError('validation_failed', `after ${query.after} is beyond the latest change of this environment`, [
+      { path: 'after', message: 'is beyond the latest change' },
+    ]);
+  }
+  if (!(await canResumeFrom(ctx.db, env.id, query.after))) {
+    throw new ApiError(
+      'resync_required',
+      `the changes after ${query.after} are no longer kept; reload the state (GET ENV/entities) and continue from GET ENV/changes with after set to its latest sequence`,
+    );
+  }
+  const rows = await readChanges(ctx.db, env.id, query.after, query.limit);
+  if (needsCells(filter)) await attachCells(ctx.db, project.id, rows);
+  return {
+    changes: rows.filter((row) => passes(filter, row)).map((row) => ({ seq: row.seq, ...changeEvent(row) })),
+    next: rows.length > 0 ? rows[rows.length - 1]!.seq : query.after,
+  };
+}

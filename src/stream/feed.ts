@@ -1,0 +1,112 @@
+import { and, asc, eq, gt, lt } from 'drizzle-orm';
+import type { Queryable } from '../db/client';
+import { entityChanges, environments } from '../db/schema';
+import { entityCells } from '../modules/cells/membership';
+import type { EntityChangeType } from './change-log';
+
+/**
+ * Reading the change log (src/stream/change-log.ts writes it) for the SSE
+ * stream and the JSON catch-up (DECISIONS §6). Sequences are gapless per
+ * environment: each change takes change_seq + 1 in its writer's
+ * transaction, and a rolled-back write takes its number back with it. So
+ * "the row after my resume point is missing" can only mean it was pruned.
+ */
+
+/** How long changes are kept: DECISIONS §6 asks for at least 24 h. */
+export const CHANGE_RETENTION_MS = 72 * 60 * 60 * 1000;
+
+export interface ChangeRow {
+  seq: number;
+  type: EntityChangeType;
+  entityId: string;
+  entityTypeName: string;
+  entity: Record<string, unknown>;
+  at: Date;
+  /** Direct cell memberships, attached when some reader filters by cell (attachCells). */
+  cells?: string[];
+  /** Stored for deletes (the memberships are gone with the entity). */
+  storedCells: string[] | null;
+}
+
+/** The event every reader sends: `{ type, entity, at }` (DECISIONS §6). */
+export const changeEvent = (change: ChangeRow) => ({ type: change.type, entity: change.entity, at: change.at.toISOString() });
+
+/** Up to `limit` changes of the environment after `after`, in order. */
+export async function readChanges(db: Queryable, envId: string, after: number, limit: number): Promise<ChangeRow[]> {
+  const rows = await db
+    .select()
+    .from(entityChanges)
+    .where(and(eq(entityChanges.envId, envId), gt(entityChanges.seq, after)))
+    .orderBy(asc(entityChanges.seq))
+    .limit(limit);
+  return rows.map((row) => ({
+    seq: row.seq,
+    type: row.type,
+    entityId: row.entityId,
+    entityTypeName: row.entityTypeName,
+    entity: row.entity as Record<string, unknown>,
+    at: row.at,
+    storedCells: row.cells,
+  }));
+}
+
+/** The environment's latest sequence: where a stream without a resume point starts. */
+export async function latestSeq(db: Queryable, envId: string): Promise<number> {
+  const [row] = await db.select({ seq: environments.changeSeq }).from(environments).where(eq(environments.id, envId)).limit(1);
+  return row?.seq ?? 0;
+}
+
+/**
+ * Whether every change after `after` is still in the log. False when the
+ * change right after it was pruned (the reader must resync), and for a
+ * resume point the environment never reached.
+ */
+export async function canResumeFrom(db: Queryable, envId: string, after: number): Promise<boolean> {
+  const latest = await latestSeq(db, envId);
+  if (after > latest) return false;
+  if (after === latest) return true;
+  const [next] = await db
+    .select({ seq: entityChanges.seq })
+    .from(entityChanges)
+    .where(and(eq(entityChanges.envId, envId), eq(entityChanges.seq, after + 1)))
+    .limit(1);
+  return next !== undefined;
+}
+
+/** Sets `cells` on each change: stored ones for deletes, the entity's current ones otherwise. */
+export async function attachCells(db: Queryable, projectId: string, changes: ChangeRow[]): Promise<void> {
+  const live = changes.filter((change) => change.type !== 'entity.deleted');
+  const current = await entityCells(db, projectId, [...new Set(live.map((change) => change.entityId))]);
+  for (const change of changes) {
+    change.cells = change.type === 'entity.deleted' ? (change.storedCells ?? []) : (current.get(change.entityId) ?? []);
+  }
+}
+
+export interface ChangeFilter {
+  entityType?: string;
+  /** Only direct members of this cell (as the entity list's `cell` filter). */
+  cell?: string;
+  /** A cell-scoped token's cells with their descendants; null when unscoped. */
+  scopeCells: ReadonlySet<string> | null;
+}
+
+export const needsCells = (filter: ChangeFilter) => filter.cell !== undefined || filter.scopeCells !== null;
+
+/** Whether a change passes a reader's filter; `cells` must be attached when needsCells(filter). */
+export function passes(filter: ChangeFilter, change: ChangeRow): boolean {
+  if (filter.entityType !== undefined && change.entityTypeName !== filter.entityType) return false;
+  const cells = change.cells ?? [];
+  if (filter.cell !== undefined && !cells.includes(filter.cell)) return false;
+  if (filter.scopeCells !== null && !cells.some((cell) => filter.scopeCells!.has(cell))) return false;
+  return true;
+}
+
+/** Drops changes older than the retention, everywhere; returns how many. */
+export async function pruneChanges(db: Queryable, now: Date, retentionMs = CHANGE_RETENTION_MS): Promise<number> {
+  const pruned = await db
+    .delete(entityChanges)
+    .where(lt(entityChanges.at, new Date(now.getTime() - retentionMs)))
+    .returning({ seq: entityChanges.seq });
+  return pruned.length;
+}
+

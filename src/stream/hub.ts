@@ -1,0 +1,297 @@
+import { and, inArray, isNull } from 'drizzle-orm';
+import type { Db } from '../db/client';
+import { serviceTokens } from '../db/schema';
+import type { Logger } from '../logger';
+import type { Clock } from '../platform';
+import { attachCells, canResumeFrom, changeEvent, latestSeq, needsCells, passes, readChanges, type ChangeFilter, type ChangeRow } from './feed';
+
+/**
+ * The entity change stream's fan-out, the same on both hosts: the Node
+ * host keeps one hub for the process, the Worker one per environment inside
+ * its Durable Object (durable-objects/environment-stream.ts).
+ *
+ * The change log is the only source. `publish(envId)` says "the log grew";
+ * the hub then reads what is new once and hands each change to every live
+ * subscriber whose filter it passes. A publish that never arrives costs
+ * latency, not changes: the heartbeat reads the log too.
+ *
+ * A subscriber first catches up from the log on its own (its Last-Event-ID,
+ * or the environment's latest sequence), then goes live. A change the hub
+ * fans out while a subscriber is still catching up marks it dirty, so its
+ * catch-up reads once more before going live: no gap. Every subscriber keeps
+ * the sequence it has reached and skips anything at or below it: no
+ * duplicate. Sequences commit in order (change-log.ts), so order holds.
+ */
+
+export interface StreamSink {
+  /** Writes SSE text; false (or a throw) when the client is gone. */
+  write(text: string): boolean;
+  close(): void;
+}
+
+export interface SubscriptionRequest {
+  envId: string;
+  projectId: string;
+  /** The Last-Event-ID: the last sequence the client has; null for "from now". */
+  after: number | null;
+  filter: ChangeFilter;
+  /** The token that opened the stream: it ends when the token is revoked or expires. Null in bootstrap mode. */
+  token: { id: string; expiresAt: Date | null } | null;
+}
+
+export interface HubOptions {
+  heartbeatMs: number;
+  maxSubscribersPerEnvironment: number;
+  /** Changes read per query. */
+  batch: number;
+}
+
+export const DEFAULT_HUB_OPTIONS: HubOptions = { heartbeatMs: 15_000, maxSubscribersPerEnvironment: 10_000, batch: 500 };
+
+export class StreamLimitError extends Error {}
+
+export interface HubDeps {
+  /** A database handle for one read (Node: the shared one; the Worker: a pool per use). */
+  withDb<T>(work: (db: Db) => Promise<T>): Promise<T>;
+  clock: Clock;
+  logger: Logger;
+}
+
+class Subscriber {
+  cursor = 0;
+  live = false;
+  dirty = false;
+  closed = false;
+  expiryTimer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    readonly request: SubscriptionRequest,
+    readonly sink: StreamSink,
+  ) {}
+
+  send(text: string): boolean {
+    if (this.closed) return false;
+    try {
+      return this.sink.write(text);
+    } catch {
+      return false;
+    }
+  }
+}
+
+interface EnvironmentState {
+  projectId: string;
+  subscribers: Set<Subscriber>;
+  /** The sequence the hub has read up to; undefined until its first read. */
+  cursor: number | undefined;
+  reading: Promise<void> | undefined;
+  readAgain: boolean;
+}
+
+const frame = (change: ChangeRow) => `id: ${change.seq}\nevent: ${change.type}\ndata: ${JSON.stringify(changeEvent(change))}\n\n`;
+
+export class ChangeHub {
+  readonly #deps: HubDeps;
+  readonly #options: HubOptions;
+  readonly #environments = new Map<string, EnvironmentState>();
+  #heartbeat: ReturnType<typeof setInterval> | undefined;
+
+  constructor(deps: HubDeps, options: Partial<HubOptions> = {}) {
+    this.#deps = deps;
+    this.#options = { ...DEFAULT_HUB_OPTIONS, ...options };
+  }
+
+  subscriberCount(envId?: string): number {
+    if (envId !== undefined) return this.#environments.get(envId)?.subscribers.size ?? 0;
+    let total = 0;
+    for (const state of this.#environments.values()) total += state.subscribers.size;
+    return total;
+  }
+
+  /**
+   * Registers a subscriber and starts its catch-up. Throws StreamLimitError
+   * when the environment has as many as it may hold. Returns the unsubscribe.
+   */
+  subscribe(request: SubscriptionRequest, sink: StreamSink): () => void {
+    let state = this.#environments.get(request.envId);
+    if (state && state.subscribers.size >= this.#options.maxSubscribersPerEnvironment) {
+      throw new StreamLimitError(`this environment already has ${state.subscribers.size} open streams, the most it serves`);
+    }
+    if (!state) {
+      state = { projectId: request.projectId, subscribers: new Set(), cursor: undefined, reading: undefined, readAgain: false };
+      this.#environments.set(request.envId, state);
+    }
+    const subscriber = new Subscriber(request, sink);
+    state.subscribers.add(subscriber);
+    this.#startHeartbeat();
+    if (request.token?.expiresAt) {
+      const wait = request.token.expiresAt.getTime() - this.#deps.clock.now().getTime();
+      subscriber.expiryTimer = setTimeout(() => this.#end(subscriber, 'token expired'), Math.max(0, Math.min(wait, 2 ** 31 - 1)));
+    }
+    void this.#catchUp(subscriber).catch((error) => {
+      this.#deps.logger.error('stream catch-up failed', { envId: request.envId, error });
+      this.#end(subscriber, 'catch-up failed');
+    });
+    return () => this.#remove(subscriber);
+  }
+
+  /** The log of `envId` grew: read it and fan out. */
+  publish(envId: string): Promise<void> {
+    const state = this.#environments.get(envId);
+    if (!state || state.subscribers.size === 0) return Promise.resolve();
+    if (state.reading) {
+      state.readAgain = true;
+      return state.reading;
+    }
+    state.reading = (async () => {
+      try {
+        do {
+          state.readAgain = false;
+          await this.#fanOut(envId, state);
+        } while (state.readAgain && state.subscribers.size > 0);
+      } catch (error) {
+        this.#deps.logger.error('stream fan-out failed', { envId, error });
+      } finally {
+        state.reading = undefined;
+      }
+    })();
+    return state.reading;
+  }
+
+  /** Heartbeat comments, dead clients pruned, tokens re-checked, and the log read in case a publish was lost. */
+  async beat(): Promise<void> {
+    for (const [envId, state] of this.#environments) {
+      for (const subscriber of state.subscribers) {
+        if (!subscriber.send(': heartbeat\n\n')) this.#remove(subscriber);
+      }
+      if (state.subscribers.size === 0) continue;
+      await this.#recheckTokens(state);
+      void this.publish(envId);
+    }
+  }
+
+  close(): void {
+    clearInterval(this.#heartbeat);
+    this.#heartbeat = undefined;
+    for (const state of this.#environments.values()) {
+      for (const subscriber of state.subscribers) this.#end(subscriber, 'server shutting down');
+    }
+  }
+
+  #startHeartbeat(): void {
+    if (this.#heartbeat) return;
+    this.#heartbeat = setInterval(() => void this.beat(), this.#options.heartbeatMs);
+    // the Node host must be free to exit with streams open
+    (this.#heartbeat as { unref?: () => void }).unref?.();
+  }
+
+  async #catchUp(subscriber: Subscriber): Promise<void> {
+    const { envId, projectId, after, filter } = subscriber.request;
+    await this.#deps.withDb(async (db) => {
+      if (after === null) {
+        subscriber.cursor = await latestSeq(db, envId);
+      } else if (await canResumeFrom(db, envId, after)) {
+        subscriber.cursor = after;
+      } else {
+        // the changes after the client's point are gone (or it never existed): start over from now
+        subscriber.cursor = await latestSeq(db, envId);
+        subscriber.send(`event: resync\ndata: ${JSON.stringify({ type: 'resync', reason: 'the resume point is older than the change log keeps; reload the state, then continue from this stream', latestSeq: subscriber.cursor })}\n\n`);
+      }
+      for (;;) {
+        subscriber.dirty = false;
+        const changes = await readChanges(db, envId, subscriber.cursor, this.#options.batch);
+        if (needsCells(filter)) await attachCells(db, projectId, changes);
+        for (const change of changes) {
+          if (subscriber.closed) return;
+          if (passes(filter, change) && !subscriber.send(frame(change))) return this.#remove(subscriber);
+          subscriber.cursor = change.seq;
+        }
+        // single-threaded: nothing can fan out between this check and going live
+        if (changes.length < this.#options.batch && !subscriber.dirty) {
+          subscriber.live = true;
+          return;
+        }
+      }
+    });
+  }
+
+  async #fanOut(envId: string, state: EnvironmentState): Promise<void> {
+    const liveCursors = [...state.subscribers].filter((s) => s.live).map((s) => s.cursor);
+    if (liveCursors.length === 0) {
+      for (const subscriber of state.subscribers) subscriber.dirty = true;
+      return;
+    }
+    // re-reading a little is harmless (each subscriber skips what it has); missing something is not
+    const from = Math.min(state.cursor ?? Number.POSITIVE_INFINITY, ...liveCursors);
+    await this.#deps.withDb(async (db) => {
+      let cursor = from;
+      for (;;) {
+        const changes = await readChanges(db, envId, cursor, this.#options.batch);
+        if ([...state.subscribers].some((s) => needsCells(s.request.filter))) await attachCells(db, state.projectId, changes);
+        // from here to the end of the batch nothing awaits, so who is live cannot change under it:
+        // a subscriber still catching up reads these itself (dirty), a live one gets them here
+        for (const subscriber of state.subscribers) if (!subscriber.live) subscriber.dirty = true;
+        const live = [...state.subscribers].filter((s) => s.live);
+        for (const change of changes) {
+          const text = frame(change);
+          for (const subscriber of live) {
+            if (subscriber.closed || change.seq <= subscriber.cursor) continue;
+            if (passes(subscriber.request.filter, change) && !subscriber.send(text)) {
+              this.#remove(subscriber);
+              continue;
+            }
+            subscriber.cursor = change.seq;
+          }
+        }
+        if (changes.length > 0) cursor = changes[changes.length - 1]!.seq;
+        if (changes.length < this.#options.batch) break;
+      }
+      state.cursor = Math.max(cursor, state.cursor ?? 0);
+    });
+  }
+
+  async #recheckTokens(state: EnvironmentState): Promise<void> {
+    const byToken = new Map<string, Subscriber[]>();
+    for (const subscriber of state.subscribers) {
+      const token = subscriber.request.token;
+      if (token) byToken.set(token.id, [...(byToken.get(token.id) ?? []), subscriber]);
+    }
+    if (byToken.size === 0) return;
+    const now = this.#deps.clock.now();
+    const valid = await this.#deps.withDb((db) =>
+      db
+        .select({ id: serviceTokens.id, expiresAt: serviceTokens.expiresAt })
+        .from(serviceTokens)
+        .where(and(inArray(serviceTokens.id, [...byToken.keys()]), isNull(serviceTokens.revokedAt))),
+    );
+    const stillValid = new Set(valid.filter((t) => t.expiresAt === null || t.expiresAt > now).map((t) => t.id));
+    for (const [id, subscribers] of byToken) {
+      if (!stillValid.has(id)) for (const subscriber of subscribers) this.#end(subscriber, 'token revoked or expired');
+    }
+  }
+
+  #end(subscriber: Subscriber, reason: string): void {
+    if (subscriber.closed) return;
+    subscriber.send(`event: end\ndata: ${JSON.stringify({ type: 'end', reason })}\n\n`);
+    this.#remove(subscriber);
+  }
+
+  #remove(subscriber: Subscriber): void {
+    if (subscriber.closed) return;
+    subscriber.closed = true;
+    clearTimeout(subscriber.expiryTimer);
+    try {
+      subscriber.sink.close();
+    } catch {
+      // already gone
+    }
+    const state = this.#environments.get(subscriber.request.envId);
+    if (!state) return;
+    state.subscribers.delete(subscriber);
+    if (state.subscribers.size === 0) this.#environments.delete(subscriber.request.envId);
+    if (this.#environments.size === 0 && this.#heartbeat) {
+      clearInterval(this.#heartbeat);
+      this.#heartbeat = undefined;
+    }
+  }
+}

@@ -29,6 +29,8 @@ function toApiError(err: Error): ApiError | undefined {
         return new ApiError('not_found', 'not found');
       case 413:
         return new ApiError('payload_too_large', 'request body exceeds 1 MiB');
+      case 415:
+        return new ApiError('unsupported_media_type', 'request bodies must be JSON: send Content-Type: application/json');
     }
   }
   return undefined;

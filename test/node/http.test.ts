@@ -49,6 +49,11 @@ describe('HTTP layer', () => {
     expectError(response, 415, 'unsupported_media_type');
   });
 
+  it('refuses a non-JSON content type with an empty body with 415, not a 500', async () => {
+    const response = await api.call('POST', '/orgs', { rawBody: '', headers: { 'content-type': 'text/plain' } });
+    expectError(response, 415, 'unsupported_media_type');
+  });
+
   it('reports schema violations as 400 validation_failed with details', async () => {
     const response = await api.call('POST', '/orgs', { body: { name: '', slug: 'Bad Slug!', extra: true } });
     expectError(response, 400, 'validation_failed');
@@ -128,6 +133,7 @@ describe('unexpected errors', () => {
       bootstrap: { closed: false },
       namedStatements: false,
       deliveries: { schedule: async () => {} },
+      changes: { publish: async () => {}, open: async () => new Response(null) },
     });
     const response = await app.request('/orgs/acme');
     expect(response.status).toBe(500);

@@ -1,4 +1,5 @@
 import { reapTimedOutRuns } from '../runs/completion';
+import { pruneChanges } from '../stream/feed';
 import { claimDueJobs, runDeliveryAttempt } from '../runs/delivery';
 import type { RunEngine } from '../runs/engine';
 
@@ -52,11 +53,16 @@ export class JobRunner {
     void this.#poll();
   }
 
-  /** Fails the runs past their timeout; safe to run anywhere, any number of times. */
+  /**
+   * Fails the runs past their timeout, and drops changes past the change
+   * log's retention; safe to run anywhere, any number of times.
+   */
   async reap(): Promise<string[]> {
     try {
       const reaped = await reapTimedOutRuns(this.#engine.db, this.#engine.clock);
       if (reaped.length > 0) this.#engine.logger.info('reaped timed-out runs', { count: reaped.length, runIds: reaped });
+      const pruned = await pruneChanges(this.#engine.db, this.#engine.clock.now());
+      if (pruned > 0) this.#engine.logger.info('pruned the change log', { count: pruned });
       return reaped;
     } catch (error) {
       this.#engine.logger.error('reaper failed', { error });

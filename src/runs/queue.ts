@@ -2,6 +2,7 @@ import { and, isNull, lt, lte, or, sql } from 'drizzle-orm';
 import { deliveryJobs } from '../db/schema';
 import { reapTimedOutRuns, failDeadLettered } from './completion';
 import { claimJob, runDeliveryAttempt } from './delivery';
+import { pruneChanges } from '../stream/feed';
 import type { RunEngine } from './engine';
 
 /**
@@ -128,10 +129,12 @@ export async function sweepLostDeliveries(engine: RunEngine, queue: DeliveryQueu
   return rows.length;
 }
 
-/** The cron tick: reap timed-out runs, re-send lost deliveries. */
+/** The cron tick: reap timed-out runs, re-send lost deliveries, drop changes past the log's retention. */
 export async function scheduledTick(engine: RunEngine, queue: DeliveryQueue): Promise<{ reaped: string[]; resent: number }> {
   const reaped = await reapTimedOutRuns(engine.db, engine.clock);
   if (reaped.length > 0) engine.logger.info('reaped timed-out runs', { count: reaped.length, runIds: reaped });
   const resent = await sweepLostDeliveries(engine, queue);
+  const pruned = await pruneChanges(engine.db, engine.clock.now());
+  if (pruned > 0) engine.logger.info('pruned the change log', { count: pruned });
   return { reaped, resent };
 }

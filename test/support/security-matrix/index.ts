@@ -1,6 +1,7 @@
 import { ACTIONS_ROUTES } from './actions';
 import { ACTION_RUNS_ROUTES } from './action-runs';
 import { CELLS_ROUTES } from './cells';
+import { CHANGES_ROUTES } from './changes';
 import { ENTITIES_ROUTES } from './entities';
 import { ENTITY_TYPES_ROUTES } from './entity-types';
 import { FOUNDATION_ROUTES } from './foundation';
@@ -23,4 +24,5 @@ export const SECURED_ROUTES: SecuredRoute[] = [
   ...ACTIONS_ROUTES,
   ...ACTION_RUNS_ROUTES,
   ...SECRETS_ROUTES,
+  ...CHANGES_ROUTES,
 ];

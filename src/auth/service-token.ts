@@ -1,5 +1,6 @@
 import { crc32 } from './crc32';
-import { sha256Hex } from './sha256';
+import { sha256 } from '@noble/hashes/sha2.js';
+import { bytesToHex } from '@noble/hashes/utils.js';
 
 /**
  * Service token format (DECISIONS §5): `cpl_` + 30 random base62 characters +
@@ -50,7 +51,13 @@ export function isWellFormedServiceToken(token: string): boolean {
   return token.slice(TOKEN_PREFIX.length + RANDOM_LENGTH) === base62Checksum(body);
 }
 
-/** SHA-256 of the whole token, hex: what `service_tokens.token_hash` holds. Synchronous (see sha256.ts). */
+/**
+ * SHA-256 of the whole token, hex: what `service_tokens.token_hash` holds.
+ * Synchronous, through @noble/hashes (audited, no dependencies): every
+ * authenticated request hashes its token before its first query, and
+ * WebCrypto's digest is asynchronous and, on Node, a thread-pool hop of
+ * ~50 µs; the core may not import node:crypto.
+ */
 export function hashServiceToken(token: string): string {
-  return sha256Hex(new TextEncoder().encode(token));
+  return bytesToHex(sha256(new TextEncoder().encode(token)));
 }

@@ -158,14 +158,23 @@ export class ChangeHub {
     return state.reading;
   }
 
-  /** Heartbeat comments, dead clients pruned, tokens re-checked, and the log read in case a publish was lost. */
+  /**
+   * Heartbeat comments, dead clients pruned, tokens re-checked, and the log
+   * read in case a publish was lost. Never rejects: it runs from a timer,
+   * where a rejection would be unhandled (on Node, the end of the process).
+   */
   async beat(): Promise<void> {
     for (const [envId, state] of this.#environments) {
       for (const subscriber of state.subscribers) {
         if (!subscriber.send(': heartbeat\n\n')) this.#remove(subscriber);
       }
       if (state.subscribers.size === 0) continue;
-      await this.#recheckTokens(state);
+      try {
+        await this.#recheckTokens(state);
+      } catch (error) {
+        // the database is out of reach for now: the streams stay, the next beat checks again
+        this.#deps.logger.warn('stream token check failed; retried at the next heartbeat', { envId, error });
+      }
       void this.publish(envId);
     }
   }

@@ -1,0 +1,256 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { Db } from '../../src/db/client';
+import { createLogger } from '../../src/logger';
+import type { ChangeRow } from '../../src/stream/feed';
+import { ChangeHub, type HubDeps, type HubOptions, type StreamSink, type SubscriptionRequest } from '../../src/stream/hub';
+
+/**
+ * The hub's fan-out against a scripted change log whose reads the test
+ * resolves when it chooses, so the interleavings that real databases only
+ * produce now and then happen every time: a change committed while a
+ * subscriber's catch-up read is in flight, a publish during a fan-out read,
+ * a fan-out that re-reads from behind a subscriber. Also the heartbeat's
+ * behaviour when the database fails, and expiries further ahead than a
+ * timer can wait.
+ *
+ * Reads take their snapshot when called, as a query does; `hold()` keeps
+ * later reads pending until `release()`.
+ */
+const log = vi.hoisted(() => {
+  const rows: ChangeRow[] = [];
+  const held: (() => void)[] = [];
+  let holding = false;
+  return {
+    latest: () => rows.at(-1)?.seq ?? 0,
+    append(count = 1, entityTypeName = 'vm') {
+      for (let i = 0; i < count; i++) {
+        const seq = (rows.at(-1)?.seq ?? 0) + 1;
+        const entity = { id: `id-${seq}`, name: `e${seq}`, entityTypeName };
+        rows.push({ seq, type: 'entity.created', entityId: entity.id, entityTypeName, entity, at: new Date(), storedCells: null });
+      }
+    },
+    read(after: number, limit: number): Promise<ChangeRow[]> {
+      const snapshot = rows.filter((row) => row.seq > after).slice(0, limit).map((row) => ({ ...row }));
+      if (!holding) return Promise.resolve(snapshot);
+      return new Promise((resolve) => held.push(() => resolve(snapshot)));
+    },
+    hold() {
+      holding = true;
+    },
+    /** Stops holding new reads; the held ones stay pending until release(). */
+    unhold() {
+      holding = false;
+    },
+    pending: () => held.length,
+    release() {
+      holding = false;
+      for (const resolve of held.splice(0)) resolve();
+    },
+    reset() {
+      rows.length = 0;
+      held.length = 0;
+      holding = false;
+    },
+  };
+});
+
+vi.mock('../../src/stream/feed', async (importOriginal) => {
+  const actual = await importOriginal<typeof import('../../src/stream/feed')>();
+  return {
+    ...actual,
+    latestSeq: async () => log.latest(),
+    canResumeFrom: async (_db: unknown, _envId: string, after: number) => after <= log.latest(),
+    readChanges: (_db: unknown, _envId: string, after: number, limit: number) => log.read(after, limit),
+  };
+});
+
+/** The token re-check's query, answered from `tokens`. */
+const tokenRows: { id: string; expiresAt: Date | null }[] = [];
+const fakeDb = { select: () => ({ from: () => ({ where: async () => tokenRows }) }) } as unknown as Db;
+
+interface RecordingSink extends StreamSink {
+  texts: string[];
+  ids(): number[];
+  closed: boolean;
+}
+
+function recordingSink(options: { fails?: () => boolean } = {}): RecordingSink {
+  const sink: RecordingSink = {
+    texts: [],
+    closed: false,
+    ids: () => sink.texts.flatMap((text) => /^id: (\d+)$/m.exec(text)?.[1] ?? []).map(Number),
+    write(text) {
+      if (options.fails?.()) return false;
+      sink.texts.push(text);
+      return true;
+    },
+    close() {
+      sink.closed = true;
+    },
+  };
+  return sink;
+}
+
+const request = (overrides: Partial<SubscriptionRequest> = {}): SubscriptionRequest => ({
+  envId: 'env-1',
+  projectId: 'project-1',
+  after: null,
+  filter: { scopeCells: null },
+  token: null,
+  ...overrides,
+});
+
+/** Lets every pending promise callback run (the scripted reads resolve in microtasks). */
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+function hubWith(options: Partial<HubOptions> = {}, deps: Partial<HubDeps> = {}) {
+  const lines: string[] = [];
+  const hub = new ChangeHub(
+    {
+      withDb: (work) => work(fakeDb),
+      clock: { now: () => new Date() },
+      logger: createLogger({ level: 'debug', sink: (line) => lines.push(line) }),
+      ...deps,
+    },
+    { heartbeatMs: 600_000, ...options },
+  );
+  hubs.push(hub);
+  return { hub, lines };
+}
+
+const hubs: ChangeHub[] = [];
+afterEach(() => {
+  for (const hub of hubs.splice(0)) hub.close();
+  log.reset();
+  tokenRows.length = 0;
+  vi.useRealTimers();
+});
+
+describe('the hub against a scripted change log', () => {
+  it('a change committed while a catch-up read is in flight reaches that subscriber once it goes live', async () => {
+    const { hub } = hubWith();
+    log.append(3);
+    const live = recordingSink();
+    hub.subscribe(request(), live);
+    await settle();
+
+    log.hold();
+    const joining = recordingSink();
+    hub.subscribe(request({ after: 0 }), joining);
+    await settle();
+    expect(log.pending()).toBe(1);
+
+    // change 4 commits after the catch-up's snapshot; its publish fans out before that read returns
+    log.unhold();
+    log.append();
+    await hub.publish('env-1');
+    expect(live.ids()).toEqual([4]);
+    log.release();
+    await settle();
+
+    expect(joining.ids()).toEqual([1, 2, 3, 4]);
+    // and nothing twice afterwards
+    log.append();
+    await hub.publish('env-1');
+    expect(joining.ids()).toEqual([1, 2, 3, 4, 5]);
+    expect(live.ids()).toEqual([4, 5]);
+  });
+
+  it('a publish that arrives during a fan-out read is read after it, not lost', async () => {
+    const { hub } = hubWith();
+    const sink = recordingSink();
+    hub.subscribe(request(), sink);
+    await settle();
+
+    log.hold();
+    log.append();
+    const first = hub.publish('env-1');
+    await settle();
+    expect(log.pending()).toBe(1);
+    log.unhold();
+    log.append();
+    const second = hub.publish('env-1');
+    log.release();
+    await Promise.all([first, second]);
+    expect(sink.ids()).toEqual([1, 2]);
+  });
+
+  it('a fan-out that reads from behind a subscriber sends it nothing it already has', async () => {
+    const { hub } = hubWith();
+    log.append(3);
+    const early = recordingSink();
+    hub.subscribe(request(), early);
+    await settle();
+    // 4 and 5 commit without a publish; a subscriber from now starts after them
+    log.append(2);
+    const late = recordingSink();
+    hub.subscribe(request(), late);
+    await settle();
+
+    log.append();
+    await hub.publish('env-1');
+    expect(early.ids()).toEqual([4, 5, 6]);
+    expect(late.ids()).toEqual([6]);
+  });
+
+  it('a filtered subscriber gets only what passes its filter, live and in its catch-up', async () => {
+    const { hub } = hubWith();
+    log.append(1, 'db');
+    const live = recordingSink();
+    hub.subscribe(request({ filter: { entityType: 'db', scopeCells: null } }), live);
+    await settle();
+    log.append(2);
+    log.append(1, 'db');
+    await hub.publish('env-1');
+    expect(live.ids()).toEqual([4]);
+    const resumed = recordingSink();
+    hub.subscribe(request({ after: 0, filter: { entityType: 'db', scopeCells: null } }), resumed);
+    await settle();
+    expect(resumed.ids()).toEqual([1, 4]);
+  });
+
+  it('drops a subscriber whose client is gone at the next write, and frees its slot', async () => {
+    const { hub } = hubWith({ maxSubscribersPerEnvironment: 2 });
+    let gone = false;
+    const leaving = recordingSink({ fails: () => gone });
+    hub.subscribe(request(), leaving);
+    hub.subscribe(request(), recordingSink());
+    await settle();
+    expect(() => hub.subscribe(request(), recordingSink())).toThrow(/open streams/);
+
+    gone = true;
+    await hub.beat();
+    expect(leaving.closed).toBe(true);
+    expect(hub.subscriberCount('env-1')).toBe(1);
+    hub.subscribe(request(), recordingSink());
+    expect(hub.subscriberCount('env-1')).toBe(2);
+  });
+
+  it('a heartbeat whose token check cannot reach the database keeps the streams, logs, and beats the other environments', async () => {
+    let failing = false;
+    const { hub, lines } = hubWith({}, { withDb: (work) => (failing ? Promise.reject(new Error('connection lost')) : work(fakeDb)) });
+    const token = { id: 'token-1', expiresAt: null };
+    tokenRows.push(token);
+    const first = recordingSink();
+    const second = recordingSink();
+    hub.subscribe(request({ token }), first);
+    hub.subscribe(request({ envId: 'env-2', token }), second);
+    await settle();
+
+    failing = true;
+    // the heartbeat runs from a timer: a rejection there is an unhandled one, which ends a Node process
+    await expect(hub.beat()).resolves.toBeUndefined();
+    for (const sink of [first, second]) {
+      expect(sink.texts).toContain(': heartbeat\n\n');
+      expect(sink.closed).toBe(false);
+    }
+    expect(lines.some((line) => line.includes('stream token check failed') && line.includes('connection lost'))).toBe(true);
+
+    // once the database answers again, a revoked token still ends its streams
+    failing = false;
+    tokenRows.length = 0;
+    await hub.beat();
+    expect(first.closed && second.closed).toBe(true);
+    expect(first.texts.at(-1)).toContain('event: end');
+  });
+});

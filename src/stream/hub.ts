@@ -50,6 +50,9 @@ export const DEFAULT_HUB_OPTIONS: HubOptions = { heartbeatMs: 15_000, maxSubscri
 
 export class StreamLimitError extends Error {}
 
+/** The longest a timer can wait: setTimeout fires at once (Node: after 1 ms) beyond it. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export interface HubDeps {
   /** A database handle for one read (Node: the shared one; the Worker: a pool per use). */
   withDb<T>(work: (db: Db) => Promise<T>): Promise<T>;
@@ -124,10 +127,7 @@ export class ChangeHub {
     const subscriber = new Subscriber(request, sink);
     state.subscribers.add(subscriber);
     this.#startHeartbeat();
-    if (request.token?.expiresAt) {
-      const wait = request.token.expiresAt.getTime() - this.#deps.clock.now().getTime();
-      subscriber.expiryTimer = setTimeout(() => this.#end(subscriber, 'token expired'), Math.max(0, Math.min(wait, 2 ** 31 - 1)));
-    }
+    if (request.token?.expiresAt) this.#endAtExpiry(subscriber, request.token.expiresAt);
     void this.#catchUp(subscriber).catch((error) => {
       this.#deps.logger.error('stream catch-up failed', { envId: request.envId, error });
       this.#end(subscriber, 'catch-up failed');
@@ -277,6 +277,15 @@ export class ChangeHub {
     for (const [id, subscribers] of byToken) {
       if (!stillValid.has(id)) for (const subscriber of subscribers) this.#end(subscriber, 'token revoked or expired');
     }
+  }
+
+  #endAtExpiry(subscriber: Subscriber, expiresAt: Date): void {
+    const wait = Math.max(0, expiresAt.getTime() - this.#deps.clock.now().getTime());
+    // a timer waits at most 2^31 - 1 ms (about 24.8 days); a later expiry is waited for in steps
+    subscriber.expiryTimer =
+      wait > MAX_TIMER_MS
+        ? setTimeout(() => this.#endAtExpiry(subscriber, expiresAt), MAX_TIMER_MS)
+        : setTimeout(() => this.#end(subscriber, 'token expired'), wait);
   }
 
   #end(subscriber: Subscriber, reason: string): void {

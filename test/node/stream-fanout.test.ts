@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
+import type { Clock } from '../../src/platform';
 import type { ChangeRow } from '../../src/stream/feed';
 import { ChangeHub, type HubDeps, type HubOptions, type StreamSink, type SubscriptionRequest } from '../../src/stream/hub';
 
@@ -252,5 +253,26 @@ describe('the hub against a scripted change log', () => {
     await hub.beat();
     expect(first.closed && second.closed).toBe(true);
     expect(first.texts.at(-1)).toContain('event: end');
+  });
+
+  it('a token expiring further ahead than a timer can wait (about 24.8 days) ends its stream at its expiry, not before', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] });
+    const day = 24 * 60 * 60 * 1000;
+    const clock: Clock = { now: () => new Date() };
+    const { hub } = hubWith({ heartbeatMs: day }, { clock });
+    // an hour past a heartbeat, so the expiry timer ends it, not the heartbeat's re-check
+    const token = { id: 'token-1', expiresAt: new Date(Date.now() + 30 * day + 60 * 60 * 1000) };
+    tokenRows.push(token);
+    const sink = recordingSink();
+    hub.subscribe(request({ token }), sink);
+    await vi.advanceTimersByTimeAsync(0);
+
+    await vi.advanceTimersByTimeAsync(25 * day);
+    expect(sink.closed).toBe(false);
+    await vi.advanceTimersByTimeAsync(5 * day);
+    expect(sink.closed).toBe(false);
+    await vi.advanceTimersByTimeAsync(2 * 60 * 60 * 1000);
+    expect(sink.closed).toBe(true);
+    expect(sink.texts.at(-1)).toContain('"reason":"token expired"');
   });
 });

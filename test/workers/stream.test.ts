@@ -77,6 +77,40 @@ describe.sequential('the entity change stream on the Worker', () => {
     expect(resumed.events.map((e) => Number(e.id))).toEqual([Number(stream.events[0]!.id) + 1, Number(stream.events[0]!.id) + 2]);
   });
 
+  it('a cell-scoped token, and a cell filter, see only that cell through the Durable Object', async () => {
+    const type = await call('POST', `${PROJECT}/entity-types`, { kind: 'EntityType', name: 'stream-scoped', states: ['a'], initialState: 'a' });
+    expect(type.status).toBe(201);
+    const cell = await call('POST', `${PROJECT}/cells`, {
+      kind: 'Cell',
+      name: 'stream-blue',
+      entityType: 'stream-scoped',
+      membership: { mode: 'derived', derivedFrom: { selector: { labels: { color: 'blue' } } } },
+    });
+    expect(cell.status, JSON.stringify(cell.body)).toBe(201);
+    const minted = await call('POST', `/orgs/${tenant.org}/projects/${tenant.project}/tokens`, {
+      name: 'stream-scoped-viewer',
+      role: 'viewer',
+      cellScopes: ['stream-blue'],
+    });
+    expect(minted.status, JSON.stringify(minted.body)).toBe(201);
+    const scoped = await openStream(`${ENV}/entities/stream`, { authorization: `Bearer ${minted.body.token}` });
+    const filtered = await openStream(`${ENV}/entities/stream?cell=stream-blue`);
+    open.push(scoped, filtered);
+    expect([scoped.status, filtered.status]).toEqual([200, 200]);
+
+    const entity = (name: string, color: string) => ({ kind: 'Entity', entityType: 'stream-scoped', name, labels: { color } });
+    for (const [name, color] of [['red-1', 'red'], ['blue-1', 'blue'], ['red-2', 'red'], ['blue-2', 'blue']]) {
+      expect((await call('POST', `${ENV}/entities`, entity(name!, color!))).status).toBe(201);
+    }
+    for (const stream of [scoped, filtered]) {
+      await stream.next(2);
+      expect(stream.events.map((e) => [e.event, e.data.entity.name])).toEqual([
+        ['entity.created', 'blue-1'],
+        ['entity.created', 'blue-2'],
+      ]);
+    }
+  });
+
   it('answers the JSON catch-up and refuses a resume point beyond the log', async () => {
     const page = await call('GET', `${ENV}/changes?limit=2`);
     expect(page.status).toBe(200);

@@ -5,6 +5,7 @@ import { actionRuns, deliveryJobs, orgs } from '../../src/db/schema';
 import { encodeCursor } from '../../src/http/pagination';
 import { createTenantWithRival, expectError, mintToken, type Tenant } from '../support/fixtures';
 import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../support/node-app';
+import { webhookAction } from '../support/run-fixtures';
 import { startReceiver, type Receiver } from '../support/receiver';
 
 /**
@@ -45,21 +46,7 @@ describe('action runs API', () => {
   const createAction = async (name: string, fields: Record<string, unknown> = {}, trigger: Record<string, unknown> = {}, t = tenant, token = admin) => {
     const response = await api.call('POST', `/${t.org.slug}/${t.project.slug}/actions`, {
       token,
-      body: {
-        kind: 'Action',
-        name,
-        entityType: 'vm',
-        onSuccess: 'running',
-        onFailure: 'failed',
-        trigger: {
-          type: 'webhook',
-          url: `${receiver.url}/hooks/{{ entity.name }}`,
-          payload: { callbackUrl: '{{ run.callbackUrl }}', callbackToken: '{{ run.callbackToken }}' },
-          retry: { maxAttempts: 1 },
-          ...trigger,
-        },
-        ...fields,
-      },
+      body: webhookAction(name, `${receiver.url}/hooks/{{ entity.name }}`, { retry: { maxAttempts: 1 }, ...trigger }, { parameters: [], ...fields }),
     });
     expect(response.status, JSON.stringify(response.body)).toBe(201);
   };

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deliveryJobs } from '../../src/db/schema';
 import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../support/node-app';
+import { webhookAction } from '../support/run-fixtures';
 import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
 
 /**
@@ -70,16 +71,7 @@ async function createHarness(options: Parameters<typeof createTestApi>[0]): Prom
       const name = uniqueSlug('act');
       await expectStatus(
         201,
-        call('POST', `${proj}/actions`, {
-          kind: 'Action',
-          name,
-          entityType: 'vm',
-          onSuccess: 'running',
-          onFailure: 'failed',
-          parameters: [{ name: 'size', type: 'string', default: 'small' }],
-          trigger: { type: 'webhook', method: 'POST', retry: { maxAttempts: 3, initialDelayMs: 0 }, ...trigger },
-          ...fields,
-        }),
+        call('POST', `${proj}/actions`, webhookAction(name, String(trigger.url), { method: 'POST', payload: undefined, ...trigger }, fields)),
       );
       return name;
     },

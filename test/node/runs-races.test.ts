@@ -8,6 +8,7 @@ import { reapTimedOutRuns } from '../../src/runs/completion';
 import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createTestApi, type ApiResponse, type TestApi } from '../support/node-app';
 import { usingPostgres } from '../support/node-database';
+import { webhookAction } from '../support/run-fixtures';
 import { startReceiver, type Receiver } from '../support/receiver';
 
 /**
@@ -54,21 +55,7 @@ async function setUp(options: Parameters<typeof createTestApi>[0] = {}): Promise
       const name = uniqueSlug('act');
       const response = await api.call('POST', `${proj}/actions`, {
         token: owner,
-        body: {
-          kind: 'Action',
-          name,
-          entityType: 'vm',
-          onSuccess: 'running',
-          onFailure: 'failed',
-          trigger: {
-            type: 'webhook',
-            url: `${receiver.url}/hook`,
-            payload: { callbackToken: '{{ run.callbackToken }}' },
-            retry: { maxAttempts: 3, initialDelayMs: 0 },
-            ...trigger,
-          },
-          ...fields,
-        },
+        body: webhookAction(name, `${receiver.url}/hook`, { payload: { callbackToken: '{{ run.callbackToken }}' }, ...trigger }, { parameters: [], ...fields }),
       });
       expect(response.status, JSON.stringify(response.body)).toBe(201);
       return name;

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTenantWithRival, expectError, type Tenant } from '../support/fixtures';
 import { createTestApi, type TestApi } from '../support/node-app';
 import { startReceiver, type Receiver } from '../support/receiver';
+import { webhookAction } from '../support/run-fixtures';
 
 /**
  * The run lifecycle through the API: trigger → delivery to a real receiver
@@ -24,27 +25,20 @@ describe('action runs', () => {
   const createAction = async (name: string, trigger: Record<string, unknown> = {}, fields: Record<string, unknown> = {}) => {
     const response = await api.call('POST', `${proj}/actions`, {
       token: admin,
-      body: {
-        kind: 'Action',
+      body: webhookAction(
         name,
-        entityType: 'vm',
-        onSuccess: 'running',
-        onFailure: 'failed',
-        parameters: [{ name: 'size', type: 'string', default: 'small' }],
-        trigger: {
-          type: 'webhook',
-          url: `${receiver.url}/hooks/{{ entity.name }}`,
+        `${receiver.url}/hooks/{{ entity.name }}`,
+        {
           payload: {
             entity: '{{ entity.name }}',
             size: '{{ parameters.size }}',
             callbackUrl: '{{ run.callbackUrl }}',
             callbackToken: '{{ run.callbackToken }}',
           },
-          retry: { maxAttempts: 3, initialDelayMs: 0 },
           ...trigger,
         },
-        ...fields,
-      },
+        fields,
+      ),
     });
     expect(response.status, JSON.stringify(response.body)).toBe(201);
   };

@@ -2,15 +2,28 @@ import { ApiError } from '../http/errors';
 import { ChangeHub, StreamLimitError, type SubscriptionRequest } from './hub';
 
 /**
+ * A client that has stopped reading (its connection stalled) must not have
+ * every change of its environment buffered for it without end. One that has
+ * had more than UNSENT_HIGH_WATER_BYTES waiting for STALLED_CLIENT_MS is
+ * dropped: its stream closes after what is waiting, and it resumes with
+ * Last-Event-ID from the log, losing nothing. A burst larger than the mark
+ * alone drops no one: a reading client is back under it long before.
+ */
+export const UNSENT_HIGH_WATER_BYTES = 1024 * 1024;
+export const STALLED_CLIENT_MS = 30_000;
+
+/**
  * An SSE response fed by a hub subscription, the same on both hosts (the
  * Node hub, the Worker's Durable Object). The subscription ends when the
- * client goes away (the stream is cancelled) or the hub ends it.
+ * client goes away (the stream is cancelled), stalls, or the hub ends it.
  */
 export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): Response {
   const encoder = new TextEncoder();
   let unsubscribe: (() => void) | undefined;
   let open = true;
-  const body = new ReadableStream<Uint8Array>({
+  /** When the client last had less than the high-water mark waiting. */
+  let caughtUpAt = Date.now();
+  const source: UnderlyingDefaultSource<Uint8Array> = {
     start(controller) {
       // the first bytes go out at once, so clients and proxies see the stream open
       controller.enqueue(encoder.encode(': stream open\nretry: 2000\n\n'));
@@ -18,6 +31,10 @@ export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): R
         unsubscribe = hub.subscribe(request, {
           write(text) {
             if (!open) return false;
+            const now = Date.now();
+            // desiredSize below zero: more than the mark waits for the client
+            if ((controller.desiredSize ?? 0) >= 0) caughtUpAt = now;
+            else if (now - caughtUpAt > STALLED_CLIENT_MS) return false;
             controller.enqueue(encoder.encode(text));
             return true;
           },
@@ -37,7 +54,8 @@ export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): R
       open = false;
       unsubscribe?.();
     },
-  });
+  };
+  const body = new ReadableStream<Uint8Array>(source, new ByteLengthQueuingStrategy({ highWaterMark: UNSENT_HIGH_WATER_BYTES }));
   return new Response(body, {
     headers: {
       'content-type': 'text/event-stream; charset=utf-8',

@@ -4,6 +4,7 @@ import { createLogger } from '../../src/logger';
 import type { Clock } from '../../src/platform';
 import type { ChangeRow } from '../../src/stream/feed';
 import { ChangeHub, type HubDeps, type HubOptions, type StreamSink, type SubscriptionRequest } from '../../src/stream/hub';
+import { openSseResponse, STALLED_CLIENT_MS, UNSENT_HIGH_WATER_BYTES } from '../../src/stream/sse-response';
 
 /**
  * The hub's fan-out against a scripted change log whose reads the test
@@ -23,10 +24,10 @@ const log = vi.hoisted(() => {
   let holding = false;
   return {
     latest: () => rows.at(-1)?.seq ?? 0,
-    append(count = 1, entityTypeName = 'vm') {
+    append(count = 1, entityTypeName = 'vm', padding = 0) {
       for (let i = 0; i < count; i++) {
         const seq = (rows.at(-1)?.seq ?? 0) + 1;
-        const entity = { id: `id-${seq}`, name: `e${seq}`, entityTypeName };
+        const entity = { id: `id-${seq}`, name: `e${seq}`, entityTypeName, ...(padding ? { spec: { blob: 'x'.repeat(padding) } } : {}) };
         rows.push({ seq, type: 'entity.created', entityId: entity.id, entityTypeName, entity, at: new Date(), storedCells: null });
       }
     },
@@ -225,6 +226,59 @@ describe('the hub against a scripted change log', () => {
     expect(hub.subscriberCount('env-1')).toBe(1);
     hub.subscribe(request(), recordingSink());
     expect(hub.subscriberCount('env-1')).toBe(2);
+  });
+
+  it('drops a client that has taken nothing while over a megabyte waited for 30 s; it got every change up to the one it resumes after', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { hub } = hubWith();
+    // an SSE response nobody reads: a client whose connection stalled
+    const response = openSseResponse(hub, request());
+    await settle();
+    const publishBig = async (count: number) => {
+      for (let i = 0; i < count; i++) {
+        log.append(1, 'vm', 64 * 1024);
+        await hub.publish('env-1');
+      }
+    };
+    // 2.5 MB waiting, but only just now: a burst, not yet a stall
+    await publishBig(40);
+    expect(hub.subscriberCount('env-1')).toBe(1);
+    vi.setSystemTime(Date.now() + STALLED_CLIENT_MS + 1_000);
+    await publishBig(1);
+    expect(hub.subscriberCount('env-1')).toBe(0);
+    // what was waiting still arrives, then the stream ends; the client resumes after 40 and gets 41 from the log
+    const text = await response.text();
+    expect([...text.matchAll(/^id: (\d+)$/gm)].map((match) => Number(match[1]))).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
+  });
+
+  it('keeps a client that reads through a burst larger than the high-water mark', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { hub } = hubWith();
+    const response = openSseResponse(hub, request());
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    let received = '';
+    const reading = (async () => {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return;
+        received += value;
+      }
+    })();
+    await settle();
+    for (let i = 0; i < 40; i++) {
+      log.append(1, 'vm', 64 * 1024);
+      await hub.publish('env-1');
+    }
+    expect(40 * 64 * 1024).toBeGreaterThan(UNSENT_HIGH_WATER_BYTES);
+    await settle();
+    vi.setSystemTime(Date.now() + STALLED_CLIENT_MS + 1_000);
+    log.append();
+    await hub.publish('env-1');
+    await settle();
+    expect(hub.subscriberCount('env-1')).toBe(1);
+    expect([...received.matchAll(/^id: (\d+)$/gm)].length).toBe(41);
+    await reader.cancel();
+    await reading;
   });
 
   it('a heartbeat whose token check cannot reach the database keeps the streams, logs, and beats the other environments', async () => {

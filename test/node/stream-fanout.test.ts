@@ -12,8 +12,8 @@ import { openSseResponse, STALLED_CLIENT_MS, UNSENT_HIGH_WATER_BYTES } from '../
  * produce now and then happen every time: a change committed while a
  * subscriber's catch-up read is in flight, a publish during a fan-out read,
  * a fan-out that re-reads from behind a subscriber. Also the heartbeat's
- * behaviour when the database fails, and expiries further ahead than a
- * timer can wait.
+ * behaviour when the database fails, expiries further ahead than a timer
+ * can wait, and clients that stop reading.
  *
  * Reads take their snapshot when called, as a query does; `hold()` keeps
  * later reads pending until `release()`.

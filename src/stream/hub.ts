@@ -1,6 +1,6 @@
-import { and, inArray, isNull } from 'drizzle-orm';
+import { and, eq, inArray, isNull } from 'drizzle-orm';
 import type { Db } from '../db/client';
-import { serviceTokens } from '../db/schema';
+import { environments, orgs, serviceTokens } from '../db/schema';
 import type { Logger } from '../logger';
 import type { Clock } from '../platform';
 import { attachCells, canResumeFrom, changeEvent, latestSeq, needsCells, passes, readChanges, type ChangeFilter, type ChangeRow } from './feed';
@@ -170,10 +170,11 @@ export class ChangeHub {
       }
       if (state.subscribers.size === 0) continue;
       try {
+        if (!(await this.#recheckEnvironment(envId, state))) continue;
         await this.#recheckTokens(state);
       } catch (error) {
         // the database is out of reach for now: the streams stay, the next beat checks again
-        this.#deps.logger.warn('stream token check failed; retried at the next heartbeat', { envId, error });
+        this.#deps.logger.warn('stream access check failed; retried at the next heartbeat', { envId, error });
       }
       void this.publish(envId);
     }
@@ -257,6 +258,26 @@ export class ChangeHub {
       }
       state.cursor = Math.max(cursor, state.cursor ?? 0);
     });
+  }
+
+  /**
+   * Whether the environment is still served: it exists and its organization
+   * is neither suspended nor deleted. When not, every stream of it ends, as
+   * its next request would be refused (404, or 403 org_suspended).
+   */
+  async #recheckEnvironment(envId: string, state: EnvironmentState): Promise<boolean> {
+    const [row] = await this.#deps.withDb((db) =>
+      db
+        .select({ suspendedAt: orgs.suspendedAt, deletedAt: orgs.deletedAt })
+        .from(environments)
+        .innerJoin(orgs, eq(orgs.id, environments.orgId))
+        .where(eq(environments.id, envId))
+        .limit(1),
+    );
+    const reason = !row || row.deletedAt ? 'environment deleted' : row.suspendedAt ? 'organization suspended' : undefined;
+    if (reason === undefined) return true;
+    for (const subscriber of state.subscribers) this.#end(subscriber, reason);
+    return false;
   }
 
   async #recheckTokens(state: EnvironmentState): Promise<void> {

@@ -68,7 +68,19 @@ vi.mock('../../src/stream/feed', async (importOriginal) => {
 
 /** The token re-check's query, answered from `tokens`. */
 const tokenRows: { id: string; expiresAt: Date | null }[] = [];
-const fakeDb = { select: () => ({ from: () => ({ where: async () => tokenRows }) }) } as unknown as Db;
+/** The hub's two heartbeat reads: its environment (joined with its organization, still served) and the tokens still valid. */
+const fakeDb = {
+  select: () => ({
+    from: () => {
+      let joined = false;
+      const query = {
+        innerJoin: () => ((joined = true), query),
+        where: () => (joined ? { limit: async () => [{ suspendedAt: null, deletedAt: null }] } : Promise.resolve(tokenRows)),
+      };
+      return query;
+    },
+  }),
+} as unknown as Db;
 
 interface RecordingSink extends StreamSink {
   texts: string[];
@@ -299,7 +311,7 @@ describe('the hub against a scripted change log', () => {
       expect(sink.texts).toContain(': heartbeat\n\n');
       expect(sink.closed).toBe(false);
     }
-    expect(lines.some((line) => line.includes('stream token check failed') && line.includes('connection lost'))).toBe(true);
+    expect(lines.some((line) => line.includes('stream access check failed') && line.includes('connection lost'))).toBe(true);
 
     // once the database answers again, a revoked token still ends its streams
     failing = false;

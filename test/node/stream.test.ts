@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entityChanges } from '../../src/db/schema';
+import { eq } from 'drizzle-orm';
+import { entityChanges, orgs } from '../../src/db/schema';
 import { pruneChanges } from '../../src/stream/feed';
 import { createTenantWithRival, expectError, mintToken, type Tenant } from '../support/fixtures';
 import { createTestApi, type TestApi } from '../support/node-app';
@@ -217,6 +218,28 @@ describe('entity change stream', () => {
       clients.push(client);
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(client.comments).toBeGreaterThan(1);
+    });
+
+    it('ends the streams of an environment that is deleted', async () => {
+      const name = fresh('gone');
+      expect((await fast.call('POST', `${proj}/envs`, { token: owner, body: { name } })).status).toBe(201);
+      const client = await openSse(`${fastBase}${proj}/envs/${name}/entities/stream`, { token: viewer });
+      clients.push(client);
+      expect((await fast.call('DELETE', `${proj}/envs/${name}`, { token: owner })).status).toBe(200);
+      await client.ended;
+      expect(client.events.at(-1)).toMatchObject({ event: 'end', data: { reason: 'environment deleted' } });
+    });
+
+    it('ends the streams of an organization that is suspended', async () => {
+      const client = await openSse(`${fastBase}${env}/entities/stream`, { token: viewer });
+      clients.push(client);
+      await fast.db.update(orgs).set({ suspendedAt: new Date() }).where(eq(orgs.id, tenant.org.id));
+      try {
+        await client.ended;
+        expect(client.events.at(-1)).toMatchObject({ event: 'end', data: { reason: 'organization suspended' } });
+      } finally {
+        await fast.db.update(orgs).set({ suspendedAt: null }).where(eq(orgs.id, tenant.org.id));
+      }
     });
   });
 });

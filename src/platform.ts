@@ -47,8 +47,13 @@ export interface DeliveryScheduler {
 export interface ChangeStreams {
   /** After a commit that logged changes of `envId`: subscribers read the log. Losing it delays, never loses, changes. */
   publish(envId: string): Promise<void>;
-  /** Serves an SSE stream of one environment to a caller already authorized for it. */
-  open(request: SubscriptionRequest): Promise<Response>;
+  /**
+   * Serves an SSE stream of one environment to a caller already authorized
+   * for it. `connection` is the host's own handle of the request (Hono's
+   * `c.env`: Node's request and response objects, the Worker's bindings) and
+   * the headers every response carries; a host may write to it directly.
+   */
+  open(request: SubscriptionRequest, connection: { raw: unknown; headers: Record<string, string> }): Promise<Response>;
 }
 
 export interface Platform {

@@ -5,6 +5,8 @@ import type { Db } from '../db/client';
 import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Platform } from '../platform';
 import { ChangeHub, type HubOptions } from '../stream/hub';
 import { openSseResponse } from '../stream/sse-response';
+import { openSseOnSocket } from './sse-socket';
+import type { ServerResponse } from 'node:http';
 import { createRunEngine, type RunEngine } from '../runs/engine';
 import { JobRunner, type JobRunnerOptions } from './job-runner';
 import { resolveHost } from './resolve-host';
@@ -143,7 +145,14 @@ export function platformWithJobRunner(
   const platform = platformOnSharedDatabase({
     ...options,
     deliveries: { schedule: async () => jobs.nudge() },
-    changes: { publish: (envId) => hub.publish(envId), open: async (request) => openSseResponse(hub, request) },
+    changes: {
+      publish: (envId) => hub.publish(envId),
+      // on a real socket (the server), frames go straight to it; in-process requests (app.request) get a web stream
+      open: async (request, { raw, headers }) => {
+        const outgoing = (raw as { outgoing?: ServerResponse } | undefined)?.outgoing;
+        return outgoing ? openSseOnSocket(hub, request, outgoing, headers) : openSseResponse(hub, request);
+      },
+    },
   });
   return { platform, engine, jobs, hub };
 }

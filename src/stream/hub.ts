@@ -25,7 +25,8 @@ import { attachCells, canResumeFrom, changeEvent, latestSeq, needsCells, passes,
 
 export interface StreamSink {
   /** Writes SSE text; false (or a throw) when the client is gone. */
-  write(text: string): boolean;
+  /** UTF-8 SSE text, encoded once by the hub for every subscriber it goes to. */
+  write(chunk: Uint8Array): boolean;
   close(): void;
 }
 
@@ -60,6 +61,11 @@ export interface HubDeps {
   logger: Logger;
 }
 
+/** Frames are encoded once per change, whatever the number of subscribers it goes to. */
+const encoder = new TextEncoder();
+const frame = (change: ChangeRow) => encoder.encode(`id: ${change.seq}\nevent: ${change.type}\ndata: ${JSON.stringify(changeEvent(change))}\n\n`);
+const HEARTBEAT = encoder.encode(': heartbeat\n\n');
+
 class Subscriber {
   cursor = 0;
   live = false;
@@ -72,10 +78,10 @@ class Subscriber {
     readonly sink: StreamSink,
   ) {}
 
-  send(text: string): boolean {
+  send(text: string | Uint8Array): boolean {
     if (this.closed) return false;
     try {
-      return this.sink.write(text);
+      return this.sink.write(typeof text === 'string' ? encoder.encode(text) : text);
     } catch {
       return false;
     }
@@ -91,7 +97,6 @@ interface EnvironmentState {
   readAgain: boolean;
 }
 
-const frame = (change: ChangeRow) => `id: ${change.seq}\nevent: ${change.type}\ndata: ${JSON.stringify(changeEvent(change))}\n\n`;
 
 export class ChangeHub {
   readonly #deps: HubDeps;
@@ -166,7 +171,7 @@ export class ChangeHub {
   async beat(): Promise<void> {
     for (const [envId, state] of this.#environments) {
       for (const subscriber of state.subscribers) {
-        if (!subscriber.send(': heartbeat\n\n')) this.#remove(subscriber);
+        if (!subscriber.send(HEARTBEAT)) this.#remove(subscriber);
       }
       if (state.subscribers.size === 0) continue;
       try {

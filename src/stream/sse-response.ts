@@ -12,6 +12,15 @@ import { ChangeHub, StreamLimitError, type SubscriptionRequest } from './hub';
 export const UNSENT_HIGH_WATER_BYTES = 1024 * 1024;
 export const STALLED_CLIENT_MS = 30_000;
 
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  'x-accel-buffering': 'no',
+};
+
+/** The first bytes of every stream, sent at once so clients and proxies see it open. */
+export const STREAM_PREAMBLE = ': stream open\nretry: 2000\n\n';
+
 /**
  * An SSE response fed by a hub subscription, the same on both hosts (the
  * Node hub, the Worker's Durable Object). The subscription ends when the
@@ -25,17 +34,16 @@ export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): R
   let caughtUpAt = Date.now();
   const source: UnderlyingDefaultSource<Uint8Array> = {
     start(controller) {
-      // the first bytes go out at once, so clients and proxies see the stream open
-      controller.enqueue(encoder.encode(': stream open\nretry: 2000\n\n'));
+      controller.enqueue(encoder.encode(STREAM_PREAMBLE));
       try {
         unsubscribe = hub.subscribe(request, {
-          write(text) {
+          write(chunk) {
             if (!open) return false;
             const now = Date.now();
             // desiredSize below zero: more than the mark waits for the client
             if ((controller.desiredSize ?? 0) >= 0) caughtUpAt = now;
             else if (now - caughtUpAt > STALLED_CLIENT_MS) return false;
-            controller.enqueue(encoder.encode(text));
+            controller.enqueue(chunk);
             return true;
           },
           close() {
@@ -56,11 +64,5 @@ export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): R
     },
   };
   const body = new ReadableStream<Uint8Array>(source, new ByteLengthQueuingStrategy({ highWaterMark: UNSENT_HIGH_WATER_BYTES }));
-  return new Response(body, {
-    headers: {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-    },
-  });
+  return new Response(body, { headers: SSE_HEADERS });
 }

@@ -93,9 +93,9 @@ function recordingSink(options: { fails?: () => boolean } = {}): RecordingSink {
     texts: [],
     closed: false,
     ids: () => sink.texts.flatMap((text) => /^id: (\d+)$/m.exec(text)?.[1] ?? []).map(Number),
-    write(text) {
+    write(chunk) {
       if (options.fails?.()) return false;
-      sink.texts.push(text);
+      sink.texts.push(new TextDecoder().decode(chunk));
       return true;
     },
     close() {

@@ -38,7 +38,7 @@ changeRoutes.openapi(
       }
       after = Number(header.trim());
     }
-    return openEntityStream(c.var.services, { org: o, project: p, env: envName }, filters, after);
+    return openEntityStream(c.var.services, { org: o, project: p, env: envName }, filters, after, c.env);
   },
 );
 

@@ -24,6 +24,8 @@ export interface SeededTenant {
   org: string;
   project: string;
   token: string;
+  /** A viewer token limited to the cell `stream-blue` (which the stream tests create). Minting one through the API would close bootstrap mode, which the foundation tests own. */
+  scopedToken: string;
 }
 
 declare module 'vitest' {
@@ -94,7 +96,17 @@ async function seedTenant(db: Db): Promise<SeededTenant> {
     tokenHash: await hashServiceToken(token),
     role: 'owner',
   });
-  return { org: org!.slug, project: project!.slug, token };
+  const scoped = generateServiceToken();
+  await db.insert(serviceTokens).values({
+    orgId: org!.id,
+    projectId: project!.id,
+    name: 'seeded-scoped-viewer',
+    prefix: scoped.prefix,
+    tokenHash: await hashServiceToken(scoped.token),
+    role: 'viewer',
+    cellScopes: ['stream-blue'],
+  });
+  return { org: org!.slug, project: project!.slug, token, scopedToken: scoped.token };
 }
 
 async function createPostgresDatabase(serverUrl: string, cleanups: (() => Promise<void>)[]): Promise<TestDatabase> {

@@ -72,4 +72,10 @@ export interface Platform {
   namedStatements: boolean;
   deliveries: DeliveryScheduler;
   changes: ChangeStreams;
+  /**
+   * Whether requests arrive with an execution context (the Worker's
+   * `waitUntil`). Asked of the platform, not of Hono, whose getter throws
+   * where there is none: an Error and its stack on every Node request.
+   */
+  executionContext: boolean;
 }

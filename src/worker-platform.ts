@@ -88,6 +88,7 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
         deliveryQueue(env).send({ runId: job.runId, attempt: job.attempt }, { delaySeconds: delaySecondsUntil(job.runAt, new Date()) }),
     },
     changes: environmentStreams(env),
+    executionContext: true,
   };
 }
 

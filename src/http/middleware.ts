@@ -84,21 +84,14 @@ export const requestContext =
         const published = platform.changes.publish(envId).catch((error: unknown) =>
           platform.logger.warn('could not publish entity changes; streams catch up at their next heartbeat', { envId, error }),
         );
-        try {
-          c.executionCtx.waitUntil(published);
-        } catch {
-          // no execution context outside the Worker: the Node hub publishes in-process, nothing to wait for
-        }
+        // outside the Worker the hub publishes in-process: nothing to wait for
+        if (platform.executionContext) c.executionCtx.waitUntil(published);
       }
     } finally {
       if (lease) {
         const released = lease.release();
-        try {
-          c.executionCtx.waitUntil(released);
-        } catch {
-          // no execution context outside the Worker: release inline
-          await released;
-        }
+        if (platform.executionContext) c.executionCtx.waitUntil(released);
+        else await released;
       }
     }
   };

@@ -110,6 +110,7 @@ export function platformOnSharedDatabase(options: {
     namedStatements: options.namedStatements ?? false,
     deliveries: options.deliveries ?? { schedule: async () => {} },
     changes: options.changes ?? noChangeStreams,
+    executionContext: false,
   };
 }
 

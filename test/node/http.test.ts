@@ -134,6 +134,7 @@ describe('unexpected errors', () => {
       namedStatements: false,
       deliveries: { schedule: async () => {} },
       changes: { publish: async () => {}, open: async () => new Response(null) },
+      executionContext: false,
     });
     const response = await app.request('/orgs/acme');
     expect(response.status).toBe(500);

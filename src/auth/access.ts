@@ -81,17 +81,25 @@ function buildTokenTenancyQuery(db: Queryable, orgById: boolean, projectById: bo
     .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
     .innerJoin(orgs, eq(orgs.id, projects.orgId))
     .leftJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, sql.placeholder('env'))))
-    .where(
-      and(
-        eq(serviceTokens.tokenHash, sql.placeholder('tokenHash')),
-        isNull(serviceTokens.revokedAt),
-        placeholderMatch(orgs, orgById, 'org'),
-        placeholderMatch(projects, projectById, 'project'),
-        isNull(orgs.deletedAt),
-      ),
-    )
+    .where(tokenTenancyMatches({ orgById, projectById }))
     .limit(1)
     .prepare(name);
+}
+
+/**
+ * The token and the organization and project the path names, as placeholders
+ * (tokenHash, org, project): the one lookup every token-authenticated path
+ * starts from, here and in plainEnvironmentAccess.
+ */
+function tokenTenancyMatches(shape: { orgById: boolean; projectById: boolean }, ...more: (SQL | undefined)[]): SQL {
+  return and(
+    eq(serviceTokens.tokenHash, sql.placeholder('tokenHash')),
+    isNull(serviceTokens.revokedAt),
+    placeholderMatch(orgs, shape.orgById, 'org'),
+    placeholderMatch(projects, shape.projectById, 'project'),
+    isNull(orgs.deletedAt),
+    ...more,
+  )!;
 }
 
 const preparedTenancy = new WeakMap<Queryable, Map<string, ReturnType<typeof buildTokenTenancyQuery>>>();
@@ -246,13 +254,9 @@ export function plainEnvironmentAccess(db: Queryable, shape: { orgById: boolean;
     .innerJoin(orgs, eq(orgs.id, projects.orgId))
     .innerJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, sql.placeholder('env'))))
     .where(
-      and(
-        // the tenancy lookup (loadTenancy)
-        eq(serviceTokens.tokenHash, sql.placeholder('tokenHash')),
-        isNull(serviceTokens.revokedAt),
-        placeholderMatch(orgs, shape.orgById, 'org'),
-        placeholderMatch(projects, shape.projectById, 'project'),
-        isNull(orgs.deletedAt),
+      // the tenancy lookup (loadTenancy), then:
+      tokenTenancyMatches(
+        shape,
         // tokenCaller: not expired
         or(isNull(serviceTokens.expiresAt), gt(serviceTokens.expiresAt, sql.placeholder('now'))),
         // assertNotSuspended

@@ -9,6 +9,7 @@ import { openSseOnSocket } from './sse-socket';
 import type { ServerResponse } from 'node:http';
 import { createRunEngine, type RunEngine } from '../runs/engine';
 import { JobRunner, type JobRunnerOptions } from './job-runner';
+import { guardedFetch } from './outbound-fetch';
 import { resolveHost } from './resolve-host';
 import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
 import { loadOrCreateLocalSecrets } from './local-secrets';
@@ -139,6 +140,7 @@ export function platformWithJobRunner(
     logger: options.logger,
     clock: options.clock ?? systemClock,
     resolveHost,
+    fetch: guardedFetch(options.config.outboundAllowedHosts),
     ...options.engine,
   });
   const jobs = new JobRunner(engine, options.runner);

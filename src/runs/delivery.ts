@@ -239,6 +239,9 @@ async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: str
     else if (status >= 400) problem = `the receiver answered HTTP ${status}`;
     return { outcome, httpStatus: status, problem, latencyMs: elapsed() };
   } catch (error) {
+    // the host's connection-time guard (src/node/outbound-fetch.ts) refused the address the name resolved to now
+    const cause = error instanceof Error ? (error.cause as { code?: string; message?: string } | undefined) : undefined;
+    if (cause?.code === 'EADDRNOTPUBLIC') throw new Undeliverable(`refused to call the webhook URL: ${cause.message}`);
     return {
       outcome: { kind: 'network-error' },
       httpStatus: null,

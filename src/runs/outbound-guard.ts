@@ -33,7 +33,20 @@ export function isPublicAddress(address: string): boolean {
   return parsed.range() === 'unicast';
 }
 
-function hostAllowed(url: URL, allowedHosts: string[]): boolean {
+/**
+ * Whether OUTBOUND_ALLOWED_HOSTS names this host, with or without a port:
+ * for a check that knows the name only (a connection's lookup), after the
+ * URL's own check has judged the port.
+ */
+export function hostAllowed(hostname: string, allowedHosts: string[]): boolean {
+  const host = hostname.toLowerCase();
+  return allowedHosts.some((allowed) => {
+    const entry = allowed.toLowerCase();
+    return entry === host || entry.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1') === host;
+  });
+}
+
+function urlAllowed(url: URL, allowedHosts: string[]): boolean {
   const host = url.hostname.toLowerCase();
   return allowedHosts.some((allowed) => {
     const entry = allowed.toLowerCase();
@@ -61,7 +74,7 @@ export async function checkOutboundUrl(
     return { ok: false, reason: `scheme ${url.protocol} is not allowed (http or https only)` };
   }
   if (url.username || url.password) return { ok: false, reason: 'credentials in the URL are not allowed; use the trigger auth' };
-  if (hostAllowed(url, options.allowedHosts)) return { ok: true, url, addresses: [] };
+  if (urlAllowed(url, options.allowedHosts)) return { ok: true, url, addresses: [] };
 
   const hostname = url.hostname.toLowerCase();
   const literal = literalAddress(hostname);

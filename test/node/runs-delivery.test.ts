@@ -6,6 +6,8 @@ import { deliveryJobs } from '../../src/db/schema';
 import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../support/node-app';
 import { webhookAction } from '../support/run-fixtures';
+import type { LookupAddress } from 'node:dns';
+import { guardedFetch } from '../../src/node/outbound-fetch';
 import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
 
 /**
@@ -588,5 +590,44 @@ describe('the SSRF guard', () => {
     expect(failed.status).toBe('failed');
     expect(failed.attempts.map((a: { outcome: string }) => a.outcome)).toEqual(['retry', 'failed']);
     expect(failed.error).toBe('[delivery] gave up after 2 attempts; the last one: network error (nxdomain.example.test does not resolve)');
+  });
+});
+
+describe('the SSRF guard at connection time (Node host)', () => {
+  let h: Harness;
+  let receiver: Receiver;
+  const port = () => new URL(receiver.url).port;
+  // what the name answers when the connection is made: loopback, whatever it answered the guard before
+  const rebinding = (hostname: string, _options: unknown, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) =>
+    callback(null, hostname.endsWith('.example.test') ? [{ address: '127.0.0.1', family: 4 }] : []);
+
+  beforeAll(async () => {
+    h = await createHarness({
+      env: { OUTBOUND_ALLOWED_HOSTS: 'allowed.example.test' },
+      engine: {
+        // the guard's own lookup sees a public address
+        resolveHost: async () => ['8.8.8.8'],
+        fetch: guardedFetch(['allowed.example.test'], rebinding),
+      },
+    });
+    receiver = await h.receiver({ status: 200 });
+  });
+  afterAll(() => h.close());
+
+  it('a name that resolves to a public address for the guard and to loopback when connecting (DNS rebinding) is refused; nothing is sent', async () => {
+    const run = await h.trigger(await h.action({ url: `http://rebind.example.test:${port()}/hook` }));
+    await h.api.jobs.drain();
+    const failed = await h.run(run.id);
+    expect(failed.status).toBe('failed');
+    expect(failed.error).toBe('[delivery] refused to call the webhook URL: rebind.example.test resolves to 127.0.0.1, which is not a public address');
+    expect(failed.attempts).toMatchObject([{ attempt: 1, httpStatus: null, outcome: 'failed' }]);
+    expect(receiver.requests).toHaveLength(0);
+  });
+
+  it('a host OUTBOUND_ALLOWED_HOSTS lists is connected to through the same fetch', async () => {
+    const run = await h.trigger(await h.action({ url: `http://allowed.example.test:${port()}/hook` }));
+    await h.api.jobs.drain();
+    expect((await h.run(run.id)).status).toBe('running');
+    expect(receiver.requests).toHaveLength(1);
   });
 });

@@ -57,20 +57,25 @@ export async function latestSeq(db: Queryable, envId: string): Promise<number> {
 }
 
 /**
- * Whether every change after `after` is still in the log. False when the
- * change right after it was pruned (the reader must resync), and for a
- * resume point the environment never reached.
+ * Where a reader resuming after `after` stands: the environment's latest
+ * sequence, and `verdict`: `resumable` when every change after `after` is
+ * still in the log, `pruned` when the change right after it is gone (the
+ * reader must resync), `beyond` for a point the environment never reached.
  */
-export async function canResumeFrom(db: Queryable, envId: string, after: number): Promise<boolean> {
+export async function resumePoint(
+  db: Queryable,
+  envId: string,
+  after: number,
+): Promise<{ latest: number; verdict: 'resumable' | 'pruned' | 'beyond' }> {
   const latest = await latestSeq(db, envId);
-  if (after > latest) return false;
-  if (after === latest) return true;
+  if (after > latest) return { latest, verdict: 'beyond' };
+  if (after === latest) return { latest, verdict: 'resumable' };
   const [next] = await db
     .select({ seq: entityChanges.seq })
     .from(entityChanges)
     .where(and(eq(entityChanges.envId, envId), eq(entityChanges.seq, after + 1)))
     .limit(1);
-  return next !== undefined;
+  return { latest, verdict: next ? 'resumable' : 'pruned' };
 }
 
 /** Sets `cells` on each change: stored ones for deletes, the entity's current ones otherwise. */

@@ -3,7 +3,7 @@ import type { Db } from '../db/client';
 import { environments, orgs, serviceTokens } from '../db/schema';
 import type { Logger } from '../logger';
 import type { Clock } from '../platform';
-import { attachCells, canResumeFrom, changeEvent, latestSeq, needsCells, passes, readChanges, type ChangeFilter, type ChangeRow } from './feed';
+import { attachCells, changeEvent, latestSeq, resumePoint, needsCells, passes, readChanges, type ChangeFilter, type ChangeRow } from './feed';
 
 /**
  * The entity change stream's fan-out, the same on both hosts: the Node
@@ -203,13 +203,14 @@ export class ChangeHub {
   async #catchUp(subscriber: Subscriber): Promise<void> {
     const { envId, projectId, after, filter } = subscriber.request;
     await this.#deps.withDb(async (db) => {
+      const point = after === null ? null : await resumePoint(db, envId, after);
       if (after === null) {
         subscriber.cursor = await latestSeq(db, envId);
-      } else if (await canResumeFrom(db, envId, after)) {
+      } else if (point!.verdict === 'resumable') {
         subscriber.cursor = after;
       } else {
         // the changes after the client's point are gone (or it never existed): start over from now
-        subscriber.cursor = await latestSeq(db, envId);
+        subscriber.cursor = point!.latest;
         subscriber.send(`event: resync\ndata: ${JSON.stringify({ type: 'resync', reason: 'the resume point is older than the change log keeps; reload the state, then continue from this stream', latestSeq: subscriber.cursor })}\n\n`);
       }
       for (;;) {

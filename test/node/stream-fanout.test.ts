@@ -61,7 +61,10 @@ vi.mock('../../src/stream/feed', async (importOriginal) => {
   return {
     ...actual,
     latestSeq: async () => log.latest(),
-    canResumeFrom: async (_db: unknown, _envId: string, after: number) => after <= log.latest(),
+    resumePoint: async (_db: unknown, _envId: string, after: number) => ({
+      latest: log.latest(),
+      verdict: after <= log.latest() ? 'resumable' : 'beyond',
+    }),
     readChanges: (_db: unknown, _envId: string, after: number, limit: number) => log.read(after, limit),
   };
 });

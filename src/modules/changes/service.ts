@@ -1,7 +1,7 @@
 import { authorizeEnvironment, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { ApiError } from '../../http/errors';
-import { attachCells, canResumeFrom, changeEvent, latestSeq, needsCells, passes, readChanges, type ChangeFilter } from '../../stream/feed';
+import { attachCells, changeEvent, needsCells, passes, readChanges, resumePoint, type ChangeFilter } from '../../stream/feed';
 import { callerScopeCellNames, getCell } from '../cells/membership';
 import type { ChangesPage, ChangesQuery } from './schemas';
 
@@ -43,12 +43,13 @@ export async function openEntityStream(
 export async function listChanges(ctx: ServiceContext, ref: EnvRef, query: ChangesQuery): Promise<ChangesPage> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const filter = await changeFilter(ctx, project.id, query);
-  if (query.after > (await latestSeq(ctx.db, env.id))) {
+  const { verdict } = await resumePoint(ctx.db, env.id, query.after);
+  if (verdict === 'beyond') {
     throw new ApiError('validation_failed', `after ${query.after} is beyond the latest change of this environment`, [
       { path: 'after', message: 'is beyond the latest change' },
     ]);
   }
-  if (!(await canResumeFrom(ctx.db, env.id, query.after))) {
+  if (verdict === 'pruned') {
     throw new ApiError(
       'resync_required',
       `the changes after ${query.after} are no longer kept; reload the state (GET ENV/entities) and continue from GET ENV/changes with after set to its latest sequence`,

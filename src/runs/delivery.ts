@@ -1,4 +1,4 @@
-import { and, eq, inArray, isNull, lt, lte, or, sql } from 'drizzle-orm';
+import { and, eq, inArray, isNull, lt, lte, or } from 'drizzle-orm';
 import { signCallbackToken } from '../auth/callback-token';
 import { actionRuns, ACTIVE_RUN_STATUSES, deliveryJobs, runAttempts } from '../db/schema';
 import type { ActionTrigger, WebhookTrigger } from '../modules/actions/schemas';
@@ -44,19 +44,15 @@ export type AttemptResult =
 export async function claimDueJobs(engine: RunEngine, limit: number): Promise<DeliveryJob[]> {
   const now = engine.clock.now();
   const leaseUntil = new Date(now.getTime() + engine.leaseMs);
-  const result = await engine.db.execute(sql`
-    update ${deliveryJobs} set lease_until = ${leaseUntil}
-    where run_id in (
-      select run_id from ${deliveryJobs}
-      where run_at <= ${now} and (lease_until is null or lease_until < ${now})
-      order by run_at
-      limit ${limit}
-      for update skip locked
-    )
-    returning run_id`);
-  const ids = (result as unknown as { rows: { run_id: string }[] }).rows.map((row) => row.run_id);
-  if (ids.length === 0) return [];
-  return engine.db.select().from(deliveryJobs).where(inArray(deliveryJobs.runId, ids));
+  // one statement: the due jobs are picked, locked past other claimers (SKIP LOCKED), leased and returned
+  const due = engine.db
+    .select({ runId: deliveryJobs.runId })
+    .from(deliveryJobs)
+    .where(and(lte(deliveryJobs.runAt, now), or(isNull(deliveryJobs.leaseUntil), lt(deliveryJobs.leaseUntil, now))))
+    .orderBy(deliveryJobs.runAt)
+    .limit(limit)
+    .for('update', { skipLocked: true });
+  return engine.db.update(deliveryJobs).set({ leaseUntil }).where(inArray(deliveryJobs.runId, due)).returning();
 }
 
 /**

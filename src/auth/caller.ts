@@ -43,6 +43,11 @@ export class CallerState {
 
 const unauthorized = (message: string) => new ApiError('unauthorized', message);
 
+/** The credential of an `Authorization: Bearer <credential>` header; undefined for any other form. */
+export function bearerCredential(authorization: string | undefined): string | undefined {
+  return /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+}
+
 /** The header check that needs no token lookup. */
 export async function authenticateRequest(
   deps: { db: () => Db; bootstrap: BootstrapMemo },
@@ -56,9 +61,8 @@ export async function authenticateRequest(
     }
     throw unauthorized('authentication required: send Authorization: Bearer <token>');
   }
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-  if (!match) throw unauthorized('expected Authorization: Bearer <token>');
-  const token = match[1]!;
+  const token = bearerCredential(authorization);
+  if (token === undefined) throw unauthorized('expected Authorization: Bearer <token>');
   if (!isWellFormedServiceToken(token)) throw unauthorized('malformed token');
   return new CallerState(undefined, hashServiceToken(token));
 }

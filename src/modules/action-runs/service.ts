@@ -1,5 +1,6 @@
 import { and, asc, desc, eq, gte, inArray, lt, or, sql, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment, type EnvRef } from '../../auth/access';
+import { bearerCredential } from '../../auth/caller';
 import { verifyCallbackToken, type CallbackClaims } from '../../auth/callback-token';
 import type { Caller, ServiceContext } from '../../context';
 import { violatedUniqueConstraint } from '../../db/errors';
@@ -327,9 +328,9 @@ const names = (segment: string, row: { id: string }, name: string) => segment ==
  * from the body's validation.
  */
 export async function authenticateCallback(ctx: ServiceContext, id: string, authorization: string | undefined): Promise<CallbackClaims> {
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
-  if (!match) throw invalidCallbackToken('send Authorization: Bearer <run.callbackToken>');
-  const verdict = await verifyCallbackToken(ctx.config.authSecret, match[1]!, ctx.clock.now());
+  const token = bearerCredential(authorization);
+  if (token === undefined) throw invalidCallbackToken('send Authorization: Bearer <run.callbackToken>');
+  const verdict = await verifyCallbackToken(ctx.config.authSecret, token, ctx.clock.now());
   if (!verdict.ok) throw invalidCallbackToken(verdict.reason === 'expired' ? 'it has expired' : 'it does not verify');
   if (verdict.claims.runId !== id) throw invalidCallbackToken('it belongs to another run');
   return verdict.claims;

@@ -4,6 +4,17 @@ import { ApiError } from '../http/errors';
 import { StreamLimitError, type ChangeHub, type SubscriptionRequest } from '../stream/hub';
 import { SSE_HEADERS, STALLED_CLIENT_MS, STREAM_PREAMBLE, UNSENT_HIGH_WATER_BYTES } from '../stream/sse-response';
 
+/** Each frame as one HTTP/1.1 chunk, built once per frame, whatever the number of sockets it goes to. */
+const chunks = new WeakMap<Uint8Array, Buffer>();
+function framedAsChunk(frame: Uint8Array): Buffer {
+  let chunk = chunks.get(frame);
+  if (!chunk) {
+    chunk = Buffer.concat([Buffer.from(`${frame.length.toString(16)}\r\n`), frame, Buffer.from('\r\n')]);
+    chunks.set(frame, chunk);
+  }
+  return chunk;
+}
+
 /**
  * The Node host's SSE path: the hub writes each frame straight to the
  * client's socket. Through a web ReadableStream every frame also costs a
@@ -12,6 +23,14 @@ import { SSE_HEADERS, STALLED_CLIENT_MS, STREAM_PREAMBLE, UNSENT_HIGH_WATER_BYTE
  * stream). Same rules as openSseResponse: the same preamble and headers, a
  * client with more than the high-water mark unsent for too long is dropped,
  * a closed connection unsubscribes.
+ *
+ * Once the head is out, a frame skips ServerResponse.write as well: with
+ * chunked encoding that corks the socket, writes the chunk's size line, the
+ * frame and its CRLF, and uncorks on the next tick, per subscriber. Here the
+ * chunk is framed once per change (the same bytes ServerResponse writes)
+ * and each subscriber's socket gets it in one write, at once: p50 at 1,000
+ * subscribers from ~6.7 ms to ~5.3 ms (bench/README.md, stream). The
+ * response still ends through ServerResponse, with its last chunk.
  */
 export function openSseOnSocket(
   hub: ChangeHub,
@@ -26,10 +45,18 @@ export function openSseOnSocket(
     unsubscribe = hub.subscribe(request, {
       write(chunk) {
         if (!open) return false;
+        // an empty chunk would be the last one, the end of the response
+        if (chunk.length === 0) return true;
         const now = Date.now();
         if (outgoing.writableLength <= UNSENT_HIGH_WATER_BYTES) caughtUpAt = now;
         else if (now - caughtUpAt > STALLED_CLIENT_MS) return false;
-        outgoing.write(chunk);
+        const socket = outgoing.socket;
+        // chunked: HTTP/1.1 without a length; an HTTP/1.0 client gets the frames bare, through ServerResponse
+        if (socket && outgoing.headersSent && (outgoing as { chunkedEncoding?: boolean }).chunkedEncoding === true) {
+          socket.write(framedAsChunk(chunk));
+        } else {
+          outgoing.write(chunk);
+        }
         return true;
       },
       close() {

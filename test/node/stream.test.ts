@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { eq } from 'drizzle-orm';
 import { entityChanges, orgs } from '../../src/db/schema';
 import { pruneChanges } from '../../src/stream/feed';
@@ -101,6 +102,46 @@ describe('entity change stream', () => {
     const rest = await resumed.waitForEvents(all.length - seen.length);
     const received = [...seen, ...rest].map((e) => Number(e.id));
     expect(received).toEqual(all.map((c: { seq: number }) => c.seq));
+  });
+
+  it('frames each event as one HTTP/1.1 chunk, and sends HTTP/1.0 clients the frames bare', async () => {
+    // raw bytes, so the framing itself is what is checked (the other tests read through an HTTP client)
+    const raw = async (version: '1.0' | '1.1') => {
+      const { port } = new URL(base);
+      const socket = connect(Number(port), '127.0.0.1');
+      let text = '';
+      socket.setEncoding('latin1');
+      socket.on('data', (data: string) => (text += data));
+      socket.write(`GET ${env}/entities/stream HTTP/${version}\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${viewer}\r\n\r\n`);
+      await vi.waitFor(() => expect(text).toContain('retry: 2000'));
+      const name = fresh('raw');
+      await createEntity(name);
+      await vi.waitFor(() => expect(text).toMatch(/\r\n\r\n[^]*"type":"entity\.created"[^]*\n\n(\r\n)?$/));
+      socket.destroy();
+      const [head, body] = [text.slice(0, text.indexOf('\r\n\r\n')), text.slice(text.indexOf('\r\n\r\n') + 4)];
+      return { head, body, name };
+    };
+    const chunked = await raw('1.1');
+    expect(chunked.head).toMatch(/transfer-encoding: chunked/i);
+    // every chunk is its size line, exactly that many bytes, then CRLF; the event is one of them
+    let at = 0;
+    const chunks: string[] = [];
+    while (at < chunked.body.length) {
+      const line = /^([0-9a-f]+)\r\n/.exec(chunked.body.slice(at));
+      expect(line, chunked.body.slice(at)).not.toBeNull();
+      const size = parseInt(line![1]!, 16);
+      const start = at + line![0].length;
+      chunks.push(chunked.body.slice(start, start + size));
+      expect(chunked.body.slice(start + size, start + size + 2)).toBe('\r\n');
+      at = start + size + 2;
+    }
+    expect(chunks[0]).toBe(': stream open\nretry: 2000\n\n');
+    const event = chunks.find((c) => c.includes(`"name":"${chunked.name}"`));
+    expect(event).toMatch(/^id: \d+\nevent: entity\.created\ndata: \{.*\}\n\n$/);
+
+    const bare = await raw('1.0');
+    expect(bare.head).not.toMatch(/transfer-encoding/i);
+    expect(bare.body).toMatch(new RegExp(`^: stream open\\nretry: 2000\\n\\n(: heartbeat\\n\\n)*id: \\d+\\nevent: entity\\.created\\ndata: \\{.*"name":"${bare.name}".*\\}\\n\\n$`));
   });
 
   it('filters by entityType and by cell; a cell-scoped token sees only its cells', async () => {

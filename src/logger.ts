@@ -14,9 +14,17 @@ const LEVELS: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error:
 
 /** Field names whose values are dropped whatever they hold (`tokenId` is fine, `token` is not). */
 const SENSITIVE_KEY_ENDINGS = ['authorization', 'cookie', 'password', 'secret', 'token', 'privatekey', 'databaseurl', 'encryptionkey'];
+/** Field names are few and repeat on every line: each is judged once. */
+const sensitiveKeys = new Map<string, boolean>();
 const isSensitiveKey = (key: string) => {
-  const normalized = key.toLowerCase().replace(/[^a-z]/g, '');
-  return SENSITIVE_KEY_ENDINGS.some((ending) => normalized.endsWith(ending));
+  let sensitive = sensitiveKeys.get(key);
+  if (sensitive === undefined) {
+    const normalized = key.toLowerCase().replace(/[^a-z]/g, '');
+    sensitive = SENSITIVE_KEY_ENDINGS.some((ending) => normalized.endsWith(ending));
+    // a bounded memo: field names come from code, but a caller could build them from data
+    if (sensitiveKeys.size < 1000) sensitiveKeys.set(key, sensitive);
+  }
+  return sensitive;
 };
 
 export type LogSink = (line: string, level: LogLevel) => void;
@@ -44,11 +52,12 @@ export function createLogger(options: {
     // longest first, so a secret containing another is scrubbed whole
     .sort((a, b) => b.length - a.length);
 
+  // most lines hold no secret: each rewrite runs only when its search finds something
   const scrub = (text: string): string => {
     let out = text;
-    for (const value of secretValues) out = out.split(value).join('[redacted]');
+    for (const value of secretValues) if (out.includes(value)) out = out.split(value).join('[redacted]');
     // a connection string's password, whether or not it is a configured secret
-    return out.replace(/(postgres(?:ql)?:\/\/[^:/@\s]+:)[^@\s]+@/g, '$1[redacted]@');
+    return out.includes('://') ? out.replace(/(postgres(?:ql)?:\/\/[^:/@\s]+:)[^@\s]+@/g, '$1[redacted]@') : out;
   };
 
   const write = (level: LogLevel, message: string, fields?: LogFields) => {

@@ -100,23 +100,35 @@ export class JobRunner {
       this.#pollAgain = true;
       return this.#polling;
     }
-    this.#polling = (async () => {
-      try {
-        do {
-          this.#pollAgain = false;
-          const free = this.#options.concurrency - this.#inFlight.size;
-          if (free <= 0) break;
-          const jobs = await claimDueJobs(this.#engine, free);
-          for (const job of jobs) this.#track(job);
-          if (jobs.length === free) this.#pollAgain = true;
-        } while (this.#pollAgain && this.#running);
-      } catch (error) {
-        this.#engine.logger.error('delivery poll failed', { error });
-      } finally {
-        this.#polling = undefined;
-      }
-    })();
-    return this.#polling;
+    // `.finally` always runs on a later microtask, after the assignment below:
+    // a poll that finds every slot busy ends before its first await, and had it
+    // cleared `#polling` inside its own body, the assignment would then have
+    // stored the finished promise for good, and every later nudge returned at once
+    const polling = this.#claimWhileFree().finally(() => {
+      if (this.#polling !== polling) return;
+      this.#polling = undefined;
+      // a nudge that came after the loop's last look would otherwise wait for the next poll tick
+      if (this.#pollAgain) this.nudge();
+    });
+    this.#polling = polling;
+    return polling;
+  }
+
+  /** Claims due jobs into the free slots until none is free or nothing more is due. */
+  async #claimWhileFree(): Promise<void> {
+    try {
+      do {
+        this.#pollAgain = false;
+        const free = this.#options.concurrency - this.#inFlight.size;
+        // a slot freeing up nudges again (#track)
+        if (free <= 0) return;
+        const jobs = await claimDueJobs(this.#engine, free);
+        for (const job of jobs) this.#track(job);
+        if (jobs.length === free) this.#pollAgain = true;
+      } while (this.#pollAgain && this.#running);
+    } catch (error) {
+      this.#engine.logger.error('delivery poll failed', { error });
+    }
   }
 
   #track(job: Parameters<typeof runDeliveryAttempt>[1]): void {

@@ -2,26 +2,86 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROLES, type Role } from '../../src/auth/permissions';
 import { generateServiceToken } from '../../src/auth/service-token';
 import { cells, entityTypes } from '../../src/db/schema';
-import { createTestApi, type TestApi } from '../support/node-app';
+import { createTestApi, type ApiResponse, type TestApi } from '../support/node-app';
 import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
-import { matrixOwner, RUN_CALLBACK_ROUTES, SECURED_ROUTES } from '../support/security-matrix/index';
+import {
+  matrixOwner,
+  PUBLIC_ROUTES,
+  routeKey,
+  RUN_CALLBACK_ROUTES,
+  SECURED_ROUTES,
+  type RouteKey,
+} from '../support/security-matrix/index';
+import { resolveRoute, routeTable, type TableRoute } from '../support/security-matrix/route-table';
+
+/** Every route the matrix has a row for: secured, run callback, public. */
+const ROWS: RouteKey[] = [...SECURED_ROUTES, ...RUN_CALLBACK_ROUTES, ...PUBLIC_ROUTES];
 
 /**
- * Every route × every kind of caller: no token, a bad token, each role, a
- * token of another organization, a token pinned to another environment and a
- * cell-scoped token.
+ * `/orgs/{id}` and the token routes under `/orgs/{orgId}/projects/{projectId}`
+ * accept an id as well as a slug (docs/decisions.md, Tenancy): there the
+ * matrix also checks that the owner reaches the route by id, so that another
+ * organization's 404 by id is about the tenant, not about the id.
+ */
+const promisesIds = (route: RouteKey) => /^\/orgs\/\{(id|orgId)\}/.test(route.path);
+
+/**
+ * Every route naming an organization is also called by id with another
+ * organization's token: the lookup by id is a query of its own (a UUID-shaped
+ * segment is read as an id on every route today), and must be as tight as the
+ * one by slug.
+ */
+const namesOrg = (route: RouteKey) => /^\/(orgs\/)?\{(o|id|orgId)\}/.test(route.path);
+
+/** The tenant with its ids where its slugs go: a row's call then addresses it by id. */
+const byId = (t: Tenant): Tenant => ({ org: { id: t.org.id, slug: t.org.id }, project: { id: t.project.id, slug: t.project.id } });
+
+/**
+ * Every route of the app × every kind of caller. The rows come from
+ * test/support/security-matrix; which routes exist comes from the app's own
+ * route table, so a route without a row (or a row without a route) fails here.
+ *
+ * Callers: none, a malformed token, a checksum-valid unknown token, an expired
+ * and a revoked owner token, each role, another organization's owner (by slug
+ * and by id), an admin pinned to another environment, and an admin scoped to a
+ * cell the route's data is outside of.
  */
 describe('security matrix', () => {
+  let base: TestApi;
+  /** `base`, recording every request a row makes: the last one is the call under test. */
   let api: TestApi;
+  const requests: { method: string; path: string }[] = [];
+  let table: TableRoute[];
   let tenant: Tenant;
   let other: Tenant;
   const roleTokens = {} as Record<Role, string>;
   let otherOrgOwner: string;
   let pinnedAdmin: string;
   let cellScopedAdmin: string;
+  let expiredOwner: string;
+  let revokedOwner: string;
 
   beforeAll(async () => {
-    api = await createTestApi();
+    base = await createTestApi();
+    const app = new Proxy(base.app, {
+      get(target, property) {
+        if (property !== 'request') return Reflect.get(target, property);
+        return (input: string, init?: RequestInit) => {
+          requests.push({ method: init?.method ?? 'GET', path: input });
+          return target.request(input, init);
+        };
+      },
+    });
+    api = {
+      ...base,
+      app,
+      call: (method, path, options) => {
+        requests.push({ method, path });
+        return base.call(method, path, options);
+      },
+    };
+    table = routeTable(base.app);
+
     tenant = await createTenant(api);
     // same project slug in another organization
     other = await createTenant(api, { project: tenant.project.slug });
@@ -54,40 +114,123 @@ describe('security matrix', () => {
       membershipMode: 'explicit',
     });
     cellScopedAdmin = await mintToken(api, tenant, { role: 'admin', cellScopes: ['matrix-scope'], as: roleTokens.owner });
+    // owners both, so the credential is the only thing wrong with them
+    expiredOwner = await seedToken(api, tenant, 'owner', { expiresAt: new Date('2020-01-01T00:00:00.000Z') });
+    const tokensPath = `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`;
+    const revoked = await api.call('POST', tokensPath, { token: roleTokens.owner, body: { name: 'revoked', role: 'owner' } });
+    expect((await api.call('DELETE', `${tokensPath}/${revoked.body.id}`, { token: roleTokens.owner })).status).toBe(200);
+    revokedOwner = revoked.body.token;
   });
-  afterAll(() => api.close());
+  afterAll(() => base.close());
 
-  describe.each(SECURED_ROUTES)('$name', (route) => {
-    it('without a token: 401 unauthorized', async () => {
-      expectError(await route.call(api, tenant, undefined), 401, 'unauthorized');
+  /**
+   * Runs a row's call and checks that its last request, the call under test,
+   * landed on the row's own route: a row cannot vouch for a route it does not call.
+   */
+  async function call(
+    route: RouteKey & { call(api: TestApi, tenant: Tenant, token: string | undefined): Promise<ApiResponse> },
+    token: string | undefined,
+    t: Tenant = tenant,
+  ): Promise<ApiResponse> {
+    const before = requests.length;
+    const response = await route.call(api, t, token);
+    expect(requests.length, 'the row made no request').toBeGreaterThan(before);
+    const last = requests.at(-1)!;
+    const landed = resolveRoute(table, last.method, last.path);
+    const landedKey = landed ? routeKey(landed) : 'no route';
+    if (landedKey !== routeKey(route)) {
+      throw new Error(`the row of ${routeKey(route)} called ${last.method} ${last.path}, which is ${landedKey}`);
+    }
+    return response;
+  }
+
+  describe('route table', () => {
+    const keys = (routes: { method: string; path: string }[]) => routes.map(routeKey);
+
+    it('has a row for every route of the app', () => {
+      const rows = new Set(keys(ROWS));
+      expect(table.length).toBeGreaterThan(PUBLIC_ROUTES.length);
+      const missing = keys(table).filter((key) => !rows.has(key));
+      expect(missing, `routes without a row in test/support/security-matrix: ${missing.join(', ')}`).toEqual([]);
     });
 
-    it('with a malformed or unknown token: 401 unauthorized', async () => {
-      expectError(await route.call(api, tenant, 'cpl_garbage'), 401, 'unauthorized');
-      expectError(await route.call(api, tenant, generateServiceToken().token), 401, 'unauthorized');
+    it('has no row for a route the app does not have', () => {
+      const routes = new Set(keys(table));
+      const stale = keys(ROWS).filter((key) => !routes.has(key));
+      expect(stale, `rows naming no route of the app: ${stale.join(', ')}`).toEqual([]);
     });
+
+    it('has one row per route', () => {
+      const all = keys(ROWS);
+      const twice = all.filter((key, i) => all.indexOf(key) !== i);
+      expect(twice, `routes with two rows: ${twice.join(', ')}`).toEqual([]);
+    });
+
+    it('holds every operation of the OpenAPI document', () => {
+      const document = base.app.getOpenAPI31Document({ openapi: '3.1.0', info: { title: 'matrix', version: '0' } });
+      const operations = Object.entries(document.paths ?? {}).flatMap(([path, item]) =>
+        Object.keys(item ?? {})
+          .filter((method) => ['get', 'post', 'put', 'patch', 'delete'].includes(method))
+          .map((method) => `${method.toUpperCase()} ${path}`),
+      );
+      expect(operations.length).toBeGreaterThan(0);
+      const routes = new Set(keys(table));
+      const unknown = operations.filter((key) => !routes.has(key));
+      expect(unknown, `OpenAPI operations missing from the route table: ${unknown.join(', ')}`).toEqual([]);
+    });
+  });
+
+  /** Callers whose credential is refused before anything else is looked at. */
+  const credentialFailures: [string, () => string | undefined][] = [
+    ['without credentials', () => undefined],
+    ['with a malformed token', () => 'cpl_garbage'],
+    ['with a checksum-valid unknown token', () => generateServiceToken().token],
+    ['with an expired owner token', () => expiredOwner],
+    ['with a revoked owner token', () => revokedOwner],
+  ];
+
+  // a loop, not describe.each: its `$name` cuts long paths short
+  for (const route of SECURED_ROUTES) describe(routeKey(route), () => {
+    for (const [caller, token] of credentialFailures) {
+      it(`${caller}: 401 unauthorized`, async () => {
+        expectError(await call(route, token()), 401, 'unauthorized');
+      });
+    }
 
     it.each(ROLES)('as %s', async (role) => {
-      const response = await route.call(api, tenant, roleTokens[role]);
+      const response = await call(route, roleTokens[role]);
       const allowed = route.minRole !== 'none' && ROLES.indexOf(role) >= ROLES.indexOf(route.minRole);
       if (allowed) expect(response.status, JSON.stringify(response.body)).toBe(route.success);
       else expectError(response, 403, 'forbidden');
     });
 
-    it('with a token of another organization: 404, as if absent', async () => {
-      const response = await route.call(api, tenant, otherOrgOwner);
+    it('with a token of another organization, by slug: 404, as if absent', async () => {
+      const response = await call(route, otherOrgOwner);
       if (route.minRole === 'none') expectError(response, 403, 'forbidden');
       else expectError(response, 404, 'not_found');
     });
 
+    if (namesOrg(route)) {
+      it('with a token of another organization, by id: 404, as if absent', async () => {
+        expectError(await call(route, otherOrgOwner, byId(tenant)), 404, 'not_found');
+      });
+    }
+
+    if (promisesIds(route)) {
+      it('as owner, by id', async () => {
+        const response = await call(route, roleTokens.owner, byId(tenant));
+        expect(response.status, JSON.stringify(response.body)).toBe(route.success);
+      });
+    }
+
     it('with a token pinned to another environment', async () => {
-      const response = await route.call(api, tenant, pinnedAdmin);
+      const response = await call(route, pinnedAdmin);
       if (route.minRole === 'none' || route.environmentScoped) expectError(response, 403, 'forbidden');
       else expect(response.status, JSON.stringify(response.body)).toBe(route.success);
     });
 
     it('with a cell-scoped token, on data outside its cells', async () => {
-      const response = await route.call(api, tenant, cellScopedAdmin);
+      const response = await call(route, cellScopedAdmin);
       if (route.minRole === 'none') expectError(response, 403, 'forbidden');
       else if (route.outsideCellScope?.code) expectError(response, route.outsideCellScope.status, route.outsideCellScope.code);
       else if (route.outsideCellScope) expect(response.status, JSON.stringify(response.body)).toBe(route.outsideCellScope.status);
@@ -96,25 +239,35 @@ describe('security matrix', () => {
   });
 
   // authenticated by the run's own callback token: no service token opens it, whatever its role or scope
-  describe.each(RUN_CALLBACK_ROUTES)('$name', (route) => {
-    it('without a token: 401 invalid_callback_token', async () => {
-      expectError(await route.call(api, tenant, undefined), 401, 'invalid_callback_token');
+  for (const route of RUN_CALLBACK_ROUTES) describe(routeKey(route), () => {
+    const callers: [string, () => string | undefined][] = [
+      ['without credentials', () => undefined],
+      ['with a malformed token', () => 'cpl_garbage'],
+      ['with a checksum-valid unknown service token', () => generateServiceToken().token],
+      ['with something shaped like a callback token', () => 'a.b.c'],
+      ['with an expired owner token', () => expiredOwner],
+      ['with a revoked owner token', () => revokedOwner],
+      ...ROLES.map((role): [string, () => string] => [`with the ${role} service token`, () => roleTokens[role]]),
+      ['with a token of another organization', () => otherOrgOwner],
+      ['with a token pinned to another environment', () => pinnedAdmin],
+      ['with a cell-scoped token', () => cellScopedAdmin],
+    ];
+    for (const [caller, token] of callers) {
+      it(`${caller}: 401 invalid_callback_token`, async () => {
+        expectError(await call(route, token()), 401, 'invalid_callback_token');
+      });
+    }
+  });
+
+  for (const route of PUBLIC_ROUTES) describe(`${routeKey(route)} (public)`, () => {
+    const publicCall = { ...route, call: (a: TestApi, _t: Tenant, token: string | undefined) => a.call(route.method, route.path, { token }) };
+
+    it('answers without credentials', async () => {
+      expect((await call(publicCall, undefined)).status).toBe(route.success);
     });
 
-    it('with a malformed or unknown token: 401 invalid_callback_token', async () => {
-      for (const token of ['cpl_garbage', generateServiceToken().token, 'a.b.c']) {
-        expectError(await route.call(api, tenant, token), 401, 'invalid_callback_token');
-      }
-    });
-
-    it.each(ROLES)('with the %s service token: 401 invalid_callback_token', async (role) => {
-      expectError(await route.call(api, tenant, roleTokens[role]), 401, 'invalid_callback_token');
-    });
-
-    it('with a token of another organization, pinned to another environment or cell-scoped: 401 invalid_callback_token', async () => {
-      for (const token of [otherOrgOwner, pinnedAdmin, cellScopedAdmin]) {
-        expectError(await route.call(api, tenant, token), 401, 'invalid_callback_token');
-      }
+    it('ignores a malformed token', async () => {
+      expect((await call(publicCall, 'cpl_garbage')).status).toBe(route.success);
     });
   });
 });

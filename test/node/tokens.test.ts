@@ -204,6 +204,123 @@ describe('service tokens', () => {
     expectError(await api.call('GET', `/${tenant.org.slug}/sibling/envs`, { token: projectToken }), 404, 'not_found');
   });
 
+  describe('revocation follows the minting rules', () => {
+    type Minted = { id: string; token: string };
+    const mint = async (as: string, body: Record<string, unknown>): Promise<Minted> => {
+      const response = await api.call('POST', tokensPath, { token: as, body: { name: 'revocable', role: 'viewer', ...body } });
+      expect(response.status, JSON.stringify(response.body)).toBe(201);
+      return response.body;
+    };
+    const revoke = (as: string, id: string) => api.call('DELETE', `${tokensPath}/${id}`, { token: as });
+    /** Refused with 403, and the target still authenticates. */
+    const expectRefused = async (as: string, target: Minted) => {
+      expectError(await revoke(as, target.id), 403, 'forbidden');
+      expect((await api.call('GET', `/orgs/${tenant.org.slug}`, { token: target.token })).status).toBe(200);
+    };
+    const expectRevoked = async (as: string, target: Minted) => {
+      expect((await revoke(as, target.id)).body).toEqual({ revoked: true, id: target.id });
+      expectError(await api.call('GET', `/orgs/${tenant.org.slug}`, { token: target.token }), 401, 'unauthorized');
+    };
+
+    it('a token never revokes a higher role', async () => {
+      const admin = (await mint(owner, { role: 'admin' })).token;
+      await expectRefused(admin, await mint(owner, { role: 'owner' }));
+      for (const role of ['admin', 'member', 'viewer']) await expectRevoked(admin, await mint(owner, { role }));
+      // an owner revokes an owner
+      await expectRevoked(owner, await mint(owner, { role: 'owner' }));
+    });
+
+    it('a pinned token revokes only tokens pinned to its environment', async () => {
+      const pinned = (await mint(owner, { role: 'admin', envName: 'staging' })).token;
+      await expectRefused(pinned, await mint(owner, { role: 'viewer' }));
+      await expectRefused(pinned, await mint(owner, { role: 'viewer', envName: 'default' }));
+      await expectRevoked(pinned, await mint(owner, { role: 'viewer', envName: 'staging' }));
+      // an unpinned token revokes pinned ones
+      const unpinned = (await mint(owner, { role: 'admin' })).token;
+      await expectRevoked(unpinned, await mint(owner, { role: 'viewer', envName: 'staging' }));
+      await expectRevoked(unpinned, await mint(owner, { role: 'viewer', envName: 'default' }));
+    });
+
+    it('a cell-scoped token revokes only tokens within its cells', async () => {
+      const scoped = (await mint(owner, { role: 'admin', cellScopes: ['eu-1', 'eu-2'] })).token;
+      await expectRefused(scoped, await mint(owner, { role: 'viewer' }));
+      await expectRefused(scoped, await mint(owner, { role: 'viewer', cellScopes: ['eu-1', 'us-1'] }));
+      await expectRefused(scoped, await mint(owner, { role: 'viewer', cellScopes: ['us-1'] }));
+      await expectRevoked(scoped, await mint(owner, { role: 'viewer', cellScopes: ['eu-1'] }));
+      await expectRevoked(scoped, await mint(owner, { role: 'viewer', cellScopes: ['eu-2', 'eu-1'] }));
+      // an unscoped token revokes scoped ones
+      const unscoped = (await mint(owner, { role: 'admin' })).token;
+      await expectRevoked(unscoped, await mint(owner, { role: 'viewer', cellScopes: ['us-1'] }));
+    });
+
+    it('every rule holds at once: pinned and scoped, the role decides last', async () => {
+      const narrow = (await mint(owner, { role: 'admin', envName: 'staging', cellScopes: ['eu-1'] })).token;
+      await expectRefused(narrow, await mint(owner, { role: 'viewer', envName: 'staging' }));
+      await expectRefused(narrow, await mint(owner, { role: 'viewer', cellScopes: ['eu-1'] }));
+      await expectRefused(narrow, await mint(owner, { role: 'owner', envName: 'staging', cellScopes: ['eu-1'] }));
+      // what it mints itself, it may revoke
+      await expectRevoked(narrow, await mint(narrow, { role: 'admin' }));
+      await expectRevoked(narrow, await mint(owner, { role: 'member', envName: 'staging', cellScopes: ['eu-1'] }));
+    });
+
+    it('a token may revoke itself', async () => {
+      const self = await mint(owner, { role: 'admin', envName: 'staging', cellScopes: ['eu-1'] });
+      await expectRevoked(self.token, self);
+    });
+
+    it('an unknown or revoked token is 404 before any rule, for every caller', async () => {
+      const pinned = (await mint(owner, { role: 'admin', envName: 'staging' })).token;
+      expectError(await revoke(pinned, crypto.randomUUID()), 404, 'not_found');
+      const gone = await mint(owner, { role: 'owner' });
+      await expectRevoked(owner, gone);
+      expectError(await revoke(pinned, gone.id), 404, 'not_found');
+    });
+
+    it('the list shows only the tokens the caller could have minted', async () => {
+      const made = {
+        owner: await mint(owner, { role: 'owner', name: 'list-owner' }),
+        viewer: await mint(owner, { role: 'viewer', name: 'list-viewer' }),
+        staging: await mint(owner, { role: 'viewer', envName: 'staging', name: 'list-staging' }),
+        stagingAdmin: await mint(owner, { role: 'admin', envName: 'staging', name: 'list-staging-admin' }),
+        defaultPin: await mint(owner, { role: 'viewer', envName: 'default', name: 'list-default' }),
+        eu1: await mint(owner, { role: 'viewer', cellScopes: ['eu-1'], name: 'list-eu-1' }),
+        eu1Staging: await mint(owner, { role: 'viewer', envName: 'staging', cellScopes: ['eu-1'], name: 'list-eu-1-staging' }),
+        us1: await mint(owner, { role: 'viewer', cellScopes: ['us-1'], name: 'list-us-1' }),
+      };
+      const listed = async (as: string) => {
+        const response = await api.call('GET', tokensPath, { token: as });
+        expect(response.status).toBe(200);
+        const ids = new Set(response.body.map((t: { id: string }) => t.id));
+        return Object.entries(made)
+          .filter(([, token]) => ids.has(token.id))
+          .map(([key]) => key)
+          .sort();
+      };
+      expect(await listed(owner)).toEqual(Object.keys(made).sort());
+      expect(await listed((await mint(owner, { role: 'admin' })).token)).toEqual(
+        ['defaultPin', 'eu1', 'eu1Staging', 'staging', 'stagingAdmin', 'us1', 'viewer'].sort(),
+      );
+      // the pinned admin sees its own environment's tokens only, itself among them
+      expect(await listed(made.stagingAdmin.token)).toEqual(['eu1Staging', 'staging', 'stagingAdmin']);
+      expect(await listed((await mint(owner, { role: 'admin', cellScopes: ['eu-1', 'eu-2'] })).token)).toEqual(['eu1', 'eu1Staging']);
+    });
+  });
+
+  it('in bootstrap mode, before any token exists, revoking finds nothing; after the first mint it needs a token', async () => {
+    const fresh = await createTestApi();
+    try {
+      const t = await createTenant(fresh);
+      const path = `/orgs/${t.org.slug}/projects/${t.project.slug}/tokens`;
+      expectError(await fresh.call('DELETE', `${path}/${crypto.randomUUID()}`), 404, 'not_found');
+      const first = await fresh.call('POST', path, { body: { name: 'root', role: 'owner' } });
+      expect(first.status).toBe(201);
+      expectError(await fresh.call('DELETE', `${path}/${first.body.id}`), 401, 'unauthorized');
+      expect((await fresh.call('GET', `/orgs/${t.org.slug}`, { token: first.body.token })).status).toBe(200);
+    } finally {
+      await fresh.close();
+    }
+  });
+
   it('never logs a raw token', async () => {
     const { token } = (await api.call('POST', tokensPath, { token: owner, body: { name: 'quiet' } })).body;
     await api.call('GET', `/orgs/${tenant.org.slug}`, { token });

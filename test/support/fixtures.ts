@@ -52,9 +52,15 @@ export async function mintToken(
 /**
  * A token row inserted directly, closing bootstrap as a mint would: for
  * setting up several tenants' tokens once bootstrap mode no longer lets the
- * API mint the first one.
+ * API mint the first one. `expiresAt` may lie in the past (an expired
+ * token, which the API refuses to mint).
  */
-export async function seedToken(api: TestApi, tenant: Tenant, role: Role = 'owner'): Promise<string> {
+export async function seedToken(
+  api: TestApi,
+  tenant: Tenant,
+  role: Role = 'owner',
+  options: { expiresAt?: Date } = {},
+): Promise<string> {
   const { token, prefix } = generateServiceToken();
   await api.db.insert(serviceTokens).values({
     orgId: tenant.org.id,
@@ -63,6 +69,7 @@ export async function seedToken(api: TestApi, tenant: Tenant, role: Role = 'owne
     prefix,
     tokenHash: await hashServiceToken(token),
     role,
+    expiresAt: options.expiresAt ?? null,
   });
   await api.db.update(systemState).set({ bootstrapClosedAt: new Date() });
   return token;

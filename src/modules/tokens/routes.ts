@@ -35,6 +35,8 @@ tokenRoutes.openapi(
     path: PATH,
     tags: ['Service tokens'],
     summary: "List a project's live tokens (never their values)",
+    description:
+      'Needs tokens:manage. Lists only the tokens the caller could have minted: a role it covers, its own environment when it is pinned, cells within its own when it is cell-scoped.',
     security: BearerSecurity,
     request: { params: TokenProjectParams },
     responses: {
@@ -54,6 +56,8 @@ tokenRoutes.openapi(
     path: `${PATH}/{id}`,
     tags: ['Service tokens'],
     summary: 'Revoke a token, effective at once',
+    description:
+      'Needs tokens:manage. A token revokes only a token it could have minted: a higher role, another (or no) environment pin, or cells beyond its own scopes are 403. A token that does not exist or is already revoked is 404.',
     security: BearerSecurity,
     request: { params: TokenParams },
     responses: {

@@ -1,9 +1,9 @@
 import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, isNull, sql } from 'drizzle-orm';
 import { authorizeProject, type ProjectRef } from '../../auth/access';
-import { roleCovers } from '../../auth/permissions';
+import { roleCovers, type Role } from '../../auth/permissions';
 import { generateServiceToken, hashServiceToken } from '../../auth/service-token';
-import type { ServiceContext } from '../../context';
+import type { Caller, ServiceContext } from '../../context';
 import { environments, serviceTokens, systemState } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
@@ -24,6 +24,36 @@ const toServiceToken = (row: TokenRow, envName: string | null): z.infer<typeof S
 
 const unauthorized = (message: string) => new ApiError('unauthorized', message);
 
+/**
+ * What stops `caller` from minting, or revoking, a token of this shape; null
+ * when nothing does. A token manages only what it could have minted: a role it
+ * covers, its own environment when it is pinned (an unpinned token reaches
+ * every environment), and cells within its own when it is cell-scoped (an
+ * unscoped token reaches every cell). Bootstrap mode holds everything.
+ */
+function exceedsCaller(
+  caller: Caller,
+  verb: 'mint' | 'revoke',
+  target: { role: Role; envName: string | null; cellScopes: readonly string[] },
+): string | null {
+  if (caller.kind !== 'token') return null;
+  if (!roleCovers(caller.role, target.role)) return `a "${caller.role}" token cannot ${verb} a "${target.role}" token`;
+  if (caller.envName !== null && target.envName !== caller.envName) {
+    return `a token pinned to "${caller.envName}" can only ${verb} tokens pinned to it`;
+  }
+  if (caller.cellScopes.length > 0) {
+    if (target.cellScopes.length === 0) return `a cell-scoped token cannot ${verb} a token of every cell`;
+    const outside = target.cellScopes.filter((cell) => !caller.cellScopes.includes(cell));
+    if (outside.length > 0) return `cells outside the ${verb === 'mint' ? 'minting' : 'revoking'} token's scopes: ${outside.join(', ')}`;
+  }
+  return null;
+}
+
+/**
+ * The project's live tokens that the caller could have minted, and so may
+ * revoke: an environment-pinned or cell-scoped admin does not see, even as
+ * metadata, the tokens above it (an unpinned owner's, another pin's).
+ */
 export async function listTokens(ctx: ServiceContext, ref: ProjectRef): Promise<z.infer<typeof ServiceToken>[]> {
   const { project } = await authorizeProject(ctx, ref, 'tokens:manage');
   const rows = await ctx.db
@@ -32,7 +62,9 @@ export async function listTokens(ctx: ServiceContext, ref: ProjectRef): Promise<
     .leftJoin(environments, eq(environments.id, serviceTokens.envId))
     .where(and(eq(serviceTokens.projectId, project.id), isNull(serviceTokens.revokedAt)))
     .orderBy(asc(serviceTokens.createdAt), asc(serviceTokens.id));
-  return rows.map((row) => toServiceToken(row.token, row.envName));
+  return rows
+    .filter((row) => exceedsCaller(ctx.caller, 'revoke', { ...row.token, envName: row.envName }) === null)
+    .map((row) => toServiceToken(row.token, row.envName));
 }
 
 /**
@@ -61,22 +93,11 @@ export async function mintToken(
   let envName = input.envName ?? null;
   let cellScopes = [...new Set(input.cellScopes ?? [])];
   if (caller.kind === 'token') {
-    if (!roleCovers(caller.role, input.role)) {
-      throw new ApiError('forbidden', `a "${caller.role}" token cannot mint a "${input.role}" token`);
-    }
-    if (caller.envName !== null) {
-      envName ??= caller.envName;
-      if (envName !== caller.envName) {
-        throw new ApiError('forbidden', `a token pinned to "${caller.envName}" can only mint tokens pinned to it`);
-      }
-    }
-    if (caller.cellScopes.length > 0) {
-      if (cellScopes.length === 0) cellScopes = [...caller.cellScopes];
-      const outside = cellScopes.filter((cell) => !caller.cellScopes.includes(cell));
-      if (outside.length > 0) {
-        throw new ApiError('forbidden', `cells outside the minting token's scopes: ${outside.join(', ')}`);
-      }
-    }
+    // omitted, the pin and the cell scopes are inherited from the minter
+    if (caller.envName !== null) envName ??= caller.envName;
+    if (caller.cellScopes.length > 0 && cellScopes.length === 0) cellScopes = [...caller.cellScopes];
+    const refusal = exceedsCaller(caller, 'mint', { role: input.role, envName, cellScopes });
+    if (refusal) throw new ApiError('forbidden', refusal);
   }
 
   const { token, prefix } = generateServiceToken();
@@ -117,13 +138,28 @@ export async function mintToken(
   return { ...toServiceToken(row, envName), token };
 }
 
-/** Revocation is a timestamp: authentication filters it out on the very next request. */
+/**
+ * Revocation is a timestamp: authentication filters it out on the very next
+ * request. A token revokes only what it could have minted (`exceedsCaller`),
+ * else 403: the target is in the caller's own project, so naming it leaks
+ * nothing. A token's role, pin and scopes never change, so the check needs no
+ * lock; the guarded UPDATE makes a concurrent second revocation a 404.
+ */
 export async function revokeToken(ctx: ServiceContext, ref: ProjectRef, id: string): Promise<{ revoked: true; id: string }> {
   const { project } = await authorizeProject(ctx, ref, 'tokens:manage');
+  const live = and(eq(serviceTokens.id, id), eq(serviceTokens.projectId, project.id), isNull(serviceTokens.revokedAt));
+  const [target] = await ctx.db
+    .select({ role: serviceTokens.role, cellScopes: serviceTokens.cellScopes, envName: environments.name })
+    .from(serviceTokens)
+    .leftJoin(environments, eq(environments.id, serviceTokens.envId))
+    .where(live);
+  if (!target) throw notFound(`token "${id}"`);
+  const refusal = exceedsCaller(ctx.caller, 'revoke', target);
+  if (refusal) throw new ApiError('forbidden', refusal);
   const revoked = await ctx.db
     .update(serviceTokens)
     .set({ revokedAt: ctx.clock.now() })
-    .where(and(eq(serviceTokens.id, id), eq(serviceTokens.projectId, project.id), isNull(serviceTokens.revokedAt)))
+    .where(live)
     .returning({ id: serviceTokens.id });
   if (revoked.length === 0) throw notFound(`token "${id}"`);
   ctx.logger.info('service token revoked', { requestId: ctx.requestId, tokenId: id, projectId: project.id });

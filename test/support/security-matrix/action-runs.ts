@@ -1,6 +1,6 @@
 import type { Tenant } from '../fixtures';
 import type { ApiResponse, TestApi } from '../node-app';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, ENV, fresh, type RouteKey, type SecuredRoute } from './route';
 
 /**
  * Action runs are data of `default`. The trigger needs data:write; reading
@@ -46,7 +46,8 @@ async function runFixture(api: TestApi, t: Tenant): Promise<string> {
 
 export const ACTION_RUNS_ROUTES: SecuredRoute[] = [
   {
-    name: 'POST ENV/entities/{name}/actions/{actionName}',
+    method: 'POST',
+    path: `${ENV}/entities/{name}/actions/{actionName}`,
     minRole: 'member',
     environmentScoped: true,
     success: 202,
@@ -58,7 +59,8 @@ export const ACTION_RUNS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET ENV/action-runs',
+    method: 'GET',
+    path: `${ENV}/action-runs`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -70,7 +72,8 @@ export const ACTION_RUNS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET ENV/action-runs/{id}',
+    method: 'GET',
+    path: `${ENV}/action-runs/{id}`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -78,7 +81,8 @@ export const ACTION_RUNS_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('GET', `${envPath(t)}/action-runs/${await runFixture(api, t)}`, { token }),
   },
   {
-    name: 'DELETE ENV/action-runs/{id}',
+    method: 'DELETE',
+    path: `${ENV}/action-runs/{id}`,
     // SPEC: cancelling needs data:read only
     minRole: 'viewer',
     environmentScoped: true,
@@ -93,14 +97,14 @@ export const ACTION_RUNS_ROUTES: SecuredRoute[] = [
  * token (SPEC Authentication 9): the matrix expects 401
  * invalid_callback_token from every caller it has, whatever its role.
  */
-export interface CallbackRoute {
-  name: string;
+export interface CallbackRoute extends RouteKey {
   call(api: TestApi, tenant: Tenant, token: string | undefined): Promise<ApiResponse>;
 }
 
 export const RUN_CALLBACK_ROUTES: CallbackRoute[] = [
   {
-    name: 'POST ENV/action-runs/{id}/callback',
+    method: 'POST',
+    path: `${ENV}/action-runs/{id}/callback`,
     call: async (api, t, token) =>
       api.call('POST', `${envPath(t)}/action-runs/${await runFixture(api, t)}/callback`, { token, body: { status: 'succeeded' } }),
   },

@@ -1,6 +1,6 @@
 import type { Tenant } from '../fixtures';
 import type { TestApi } from '../node-app';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, ENV, fresh, PROJ, type SecuredRoute } from './route';
 
 /**
  * Action definitions are catalog (viewer reads, admin writes, not
@@ -26,28 +26,32 @@ async function actionFixture(api: TestApi, t: Tenant): Promise<string> {
 
 export const ACTIONS_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET PROJ/actions',
+    method: 'GET',
+    path: `${PROJ}/actions`,
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', actionsPath(t), { token }),
   },
   {
-    name: 'POST PROJ/actions',
+    method: 'POST',
+    path: `${PROJ}/actions`,
     minRole: 'admin',
     environmentScoped: false,
     success: 201,
     call: (api, t, token) => api.call('POST', actionsPath(t), { token, body: actionBody(fresh('matrix-action')) }),
   },
   {
-    name: 'GET PROJ/actions/{name}',
+    method: 'GET',
+    path: `${PROJ}/actions/{name}`,
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: async (api, t, token) => api.call('GET', `${actionsPath(t)}/${await actionFixture(api, t)}`, { token }),
   },
   {
-    name: 'PUT PROJ/actions/{name}',
+    method: 'PUT',
+    path: `${PROJ}/actions/{name}`,
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
@@ -57,14 +61,16 @@ export const ACTIONS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'DELETE PROJ/actions/{name}',
+    method: 'DELETE',
+    path: `${PROJ}/actions/{name}`,
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
     call: async (api, t, token) => api.call('DELETE', `${actionsPath(t)}/${await actionFixture(api, t)}`, { token }),
   },
   {
-    name: 'GET ENV/entities/{name}/actions',
+    method: 'GET',
+    path: `${ENV}/entities/{name}/actions`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,

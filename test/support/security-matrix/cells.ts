@@ -48,28 +48,32 @@ async function cellWithEntity(api: TestApi, t: Tenant, options: { member: boolea
 
 export const CELLS_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET /{o}/{p}/cells',
+    method: 'GET',
+    path: '/{o}/{p}/cells',
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', `${proj(t)}/cells`, { token }),
   },
   {
-    name: 'POST /{o}/{p}/cells',
+    method: 'POST',
+    path: '/{o}/{p}/cells',
     minRole: 'admin',
     environmentScoped: false,
     success: 201,
     call: (api, t, token) => api.call('POST', `${proj(t)}/cells`, { token, body: cellBody(fresh('matrix-cell')) }),
   },
   {
-    name: 'GET /{o}/{p}/cells/{name}',
+    method: 'GET',
+    path: '/{o}/{p}/cells/{name}',
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', `${proj(t)}/cells/matrix-scope`, { token }),
   },
   {
-    name: 'PUT /{o}/{p}/cells/{name}',
+    method: 'PUT',
+    path: '/{o}/{p}/cells/{name}',
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
@@ -79,7 +83,8 @@ export const CELLS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'DELETE /{o}/{p}/cells/{name}',
+    method: 'DELETE',
+    path: '/{o}/{p}/cells/{name}',
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
@@ -89,7 +94,8 @@ export const CELLS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET /{o}/{p}/cells/{name}/members',
+    method: 'GET',
+    path: '/{o}/{p}/cells/{name}/members',
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -101,7 +107,8 @@ export const CELLS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'POST /{o}/{p}/cells/{name}/members',
+    method: 'POST',
+    path: '/{o}/{p}/cells/{name}/members',
     minRole: 'admin',
     environmentScoped: true,
     success: 201,
@@ -115,7 +122,8 @@ export const CELLS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'DELETE /{o}/{p}/cells/{name}/members/{entityName}',
+    method: 'DELETE',
+    path: '/{o}/{p}/cells/{name}/members/{entityName}',
     minRole: 'admin',
     environmentScoped: true,
     success: 200,
@@ -126,7 +134,8 @@ export const CELLS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET /{o}/{p}/cells/{name}/recommendations',
+    method: 'GET',
+    path: '/{o}/{p}/cells/{name}/recommendations',
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,

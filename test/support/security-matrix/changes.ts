@@ -1,6 +1,6 @@
 import type { Tenant } from '../fixtures';
 import type { ApiResponse, TestApi } from '../node-app';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, ENV, fresh, type SecuredRoute } from './route';
 
 /**
  * The entity change stream and its JSON catch-up (DECISIONS §6): data of
@@ -37,7 +37,8 @@ async function openStream(api: TestApi, path: string, token: string | undefined)
 
 export const CHANGES_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET ENV/entities/stream',
+    method: 'GET',
+    path: `${ENV}/entities/stream`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -49,7 +50,8 @@ export const CHANGES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET ENV/changes',
+    method: 'GET',
+    path: `${ENV}/changes`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,

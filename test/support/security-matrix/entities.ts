@@ -1,7 +1,7 @@
 import { entityTypes } from '../../../src/db/schema';
 import type { Tenant } from '../fixtures';
 import type { TestApi } from '../node-app';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, ENV, fresh, type SecuredRoute } from './route';
 
 /**
  * Entity routes. Fixtures are made with the matrix's owner token in `default`,
@@ -45,7 +45,8 @@ const WRITE_OUTSIDE = { status: 403, code: 'cell_scope_violation' };
 
 export const ENTITIES_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET ENV/entities',
+    method: 'GET',
+    path: `${ENV}/entities`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -56,7 +57,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'POST ENV/entities',
+    method: 'POST',
+    path: `${ENV}/entities`,
     minRole: 'member',
     environmentScoped: true,
     success: 201,
@@ -68,7 +70,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
       }),
   },
   {
-    name: 'GET ENV/entities/metrics',
+    method: 'GET',
+    path: `${ENV}/entities/metrics`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -79,7 +82,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET ENV/entities/{name}',
+    method: 'GET',
+    path: `${ENV}/entities/{name}`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -87,7 +91,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('GET', entityPath(t, await fixture(api, t)), { token }),
   },
   {
-    name: 'PUT ENV/entities/{name}',
+    method: 'PUT',
+    path: `${ENV}/entities/{name}`,
     minRole: 'member',
     environmentScoped: true,
     success: 200,
@@ -95,7 +100,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('PUT', entityPath(t, await fixture(api, t)), { token, body: { labels: { touched: 'yes' } } }),
   },
   {
-    name: 'DELETE ENV/entities/{name}',
+    method: 'DELETE',
+    path: `${ENV}/entities/{name}`,
     minRole: 'member',
     environmentScoped: true,
     success: 200,
@@ -103,7 +109,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('DELETE', entityPath(t, await fixture(api, t)), { token }),
   },
   {
-    name: 'GET ENV/entities/{name}/metrics',
+    method: 'GET',
+    path: `${ENV}/entities/{name}/metrics`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -111,7 +118,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('GET', `${entityPath(t, await fixture(api, t))}/metrics`, { token }),
   },
   {
-    name: 'PUT ENV/entities/{name}/metrics/{metricName}',
+    method: 'PUT',
+    path: `${ENV}/entities/{name}/metrics/{metricName}`,
     minRole: 'member',
     environmentScoped: true,
     success: 200,
@@ -122,7 +130,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'POST ENV/entities/{name}/sync-stamp',
+    method: 'POST',
+    path: `${ENV}/entities/{name}/sync-stamp`,
     minRole: 'member',
     environmentScoped: true,
     success: 200,
@@ -131,7 +140,8 @@ export const ENTITIES_ROUTES: SecuredRoute[] = [
       api.call('POST', `${entityPath(t, await fixture(api, t))}/sync-stamp`, { token, body: { source: 'matrix' } }),
   },
   {
-    name: 'GET ENV/entities/{name}/drift',
+    method: 'GET',
+    path: `${ENV}/entities/{name}/drift`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,

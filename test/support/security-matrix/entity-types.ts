@@ -1,6 +1,6 @@
 import type { Tenant } from '../fixtures';
 import type { TestApi } from '../node-app';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, fresh, PROJ, type SecuredRoute } from './route';
 
 const entityTypesPath = (t: Tenant) => `/${t.org.slug}/${t.project.slug}/entity-types`;
 
@@ -19,28 +19,32 @@ export async function entityTypeFixture(api: TestApi, t: Tenant): Promise<string
 
 export const ENTITY_TYPES_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET PROJ/entity-types',
+    method: 'GET',
+    path: `${PROJ}/entity-types`,
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', entityTypesPath(t), { token }),
   },
   {
-    name: 'POST PROJ/entity-types',
+    method: 'POST',
+    path: `${PROJ}/entity-types`,
     minRole: 'admin',
     environmentScoped: false,
     success: 201,
     call: (api, t, token) => api.call('POST', entityTypesPath(t), { token, body: entityTypeBody(fresh('matrix-et')) }),
   },
   {
-    name: 'GET PROJ/entity-types/{name}',
+    method: 'GET',
+    path: `${PROJ}/entity-types/{name}`,
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: async (api, t, token) => api.call('GET', `${entityTypesPath(t)}/${await entityTypeFixture(api, t)}`, { token }),
   },
   {
-    name: 'PUT PROJ/entity-types/{name}',
+    method: 'PUT',
+    path: `${PROJ}/entity-types/{name}`,
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
@@ -50,7 +54,8 @@ export const ENTITY_TYPES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'DELETE PROJ/entity-types/{name}',
+    method: 'DELETE',
+    path: `${PROJ}/entity-types/{name}`,
     minRole: 'admin',
     environmentScoped: false,
     success: 200,

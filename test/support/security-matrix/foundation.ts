@@ -2,28 +2,32 @@ import { fresh, matrixOwner, type SecuredRoute } from './route';
 
 export const FOUNDATION_ROUTES: SecuredRoute[] = [
   {
-    name: 'POST /orgs',
+    method: 'POST',
+    path: '/orgs',
     minRole: 'none',
     environmentScoped: false,
     success: 201,
     call: (api, _t, token) => api.call('POST', '/orgs', { token, body: { name: 'X', slug: fresh('matrix-org') } }),
   },
   {
-    name: 'GET /orgs/{id}',
+    method: 'GET',
+    path: '/orgs/{id}',
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', `/orgs/${t.org.slug}`, { token }),
   },
   {
-    name: 'GET /orgs/{o}/projects',
+    method: 'GET',
+    path: '/orgs/{o}/projects',
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', `/orgs/${t.org.slug}/projects`, { token }),
   },
   {
-    name: 'POST /orgs/{o}/projects',
+    method: 'POST',
+    path: '/orgs/{o}/projects',
     minRole: 'admin',
     environmentScoped: false,
     success: 201,
@@ -31,21 +35,24 @@ export const FOUNDATION_ROUTES: SecuredRoute[] = [
       api.call('POST', `/orgs/${t.org.slug}/projects`, { token, body: { name: 'P', slug: fresh('matrix-project') } }),
   },
   {
-    name: 'GET /{o}/{p}/envs',
+    method: 'GET',
+    path: '/{o}/{p}/envs',
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', `/${t.org.slug}/${t.project.slug}/envs`, { token }),
   },
   {
-    name: 'POST /{o}/{p}/envs',
+    method: 'POST',
+    path: '/{o}/{p}/envs',
     minRole: 'admin',
     environmentScoped: true,
     success: 201,
     call: (api, t, token) => api.call('POST', `/${t.org.slug}/${t.project.slug}/envs`, { token, body: { name: fresh('env') } }),
   },
   {
-    name: 'DELETE /{o}/{p}/envs/{name}',
+    method: 'DELETE',
+    path: '/{o}/{p}/envs/{name}',
     minRole: 'admin',
     environmentScoped: true,
     success: 200,
@@ -57,14 +64,16 @@ export const FOUNDATION_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET /orgs/{orgId}/projects/{projectId}/tokens',
+    method: 'GET',
+    path: '/orgs/{orgId}/projects/{projectId}/tokens',
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', `/orgs/${t.org.slug}/projects/${t.project.slug}/tokens`, { token }),
   },
   {
-    name: 'POST /orgs/{orgId}/projects/{projectId}/tokens',
+    method: 'POST',
+    path: '/orgs/{orgId}/projects/{projectId}/tokens',
     minRole: 'admin',
     environmentScoped: false,
     success: 201,
@@ -72,10 +81,14 @@ export const FOUNDATION_ROUTES: SecuredRoute[] = [
       api.call('POST', `/orgs/${t.org.slug}/projects/${t.project.slug}/tokens`, { token, body: { name: 'm', role: 'viewer' } }),
   },
   {
-    name: 'DELETE /orgs/{orgId}/projects/{projectId}/tokens/{id}',
+    method: 'DELETE',
+    path: '/orgs/{orgId}/projects/{projectId}/tokens/{id}',
     minRole: 'admin',
-    environmentScoped: false,
+    // the victim is unpinned and unscoped: a token pinned to an environment, or
+    // scoped to cells, could not have minted it, so it may not revoke it
+    environmentScoped: true,
     success: 200,
+    outsideCellScope: { status: 403, code: 'forbidden' },
     call: async (api, t, token) => {
       const path = `/orgs/${t.org.slug}/projects/${t.project.slug}/tokens`;
       const victim = await api.call('POST', path, { token: matrixOwner.get(api), body: { name: 'victim', role: 'viewer' } });

@@ -7,14 +7,19 @@ import { ENTITY_TYPES_ROUTES } from './entity-types';
 import { FOUNDATION_ROUTES } from './foundation';
 import { RELATIONSHIP_TYPES_ROUTES } from './relationship-types';
 import { RELATIONSHIPS_ROUTES } from './relationships';
-import type { SecuredRoute } from './route';
+import { routeKey, type SecuredRoute } from './route';
 import { SECRETS_ROUTES } from './secrets';
 
-export { asOwner, fresh, matrixOwner, type SecuredRoute } from './route';
+export { asOwner, fresh, matrixOwner, routeKey, type RouteKey, type SecuredRoute } from './route';
 export { RUN_CALLBACK_ROUTES, type CallbackRoute } from './action-runs';
+export { PUBLIC_ROUTES } from './public';
 
-/** Every secured route of the API, a file per module. */
-export const SECURED_ROUTES: SecuredRoute[] = [
+/**
+ * Every route of the API that takes a service token, a file per module. With
+ * RUN_CALLBACK_ROUTES and PUBLIC_ROUTES it names every route of the app's
+ * route table, exactly once (checked by test/node/security-matrix.test.ts).
+ */
+export const SECURED_ROUTES: (SecuredRoute & { name: string })[] = [
   ...FOUNDATION_ROUTES,
   ...ENTITY_TYPES_ROUTES,
   ...RELATIONSHIP_TYPES_ROUTES,
@@ -25,4 +30,5 @@ export const SECURED_ROUTES: SecuredRoute[] = [
   ...ACTION_RUNS_ROUTES,
   ...SECRETS_ROUTES,
   ...CHANGES_ROUTES,
-];
+  // `name` for test titles (`it.each(SECURED_ROUTES)('$name …')`): the route key
+].map((route) => ({ ...route, name: routeKey(route) }));

@@ -1,7 +1,7 @@
 import type { Tenant } from '../fixtures';
 import type { TestApi } from '../node-app';
 import { entityTypeFixture } from './entity-types';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, fresh, PROJ, type SecuredRoute } from './route';
 
 const relationshipTypesPath = (t: Tenant) => `/${t.org.slug}/${t.project.slug}/relationship-types`;
 
@@ -17,14 +17,16 @@ async function relationshipTypeFixture(api: TestApi, t: Tenant): Promise<{ name:
 
 export const RELATIONSHIP_TYPES_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET PROJ/relationship-types',
+    method: 'GET',
+    path: `${PROJ}/relationship-types`,
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
     call: (api, t, token) => api.call('GET', relationshipTypesPath(t), { token }),
   },
   {
-    name: 'POST PROJ/relationship-types',
+    method: 'POST',
+    path: `${PROJ}/relationship-types`,
     minRole: 'admin',
     environmentScoped: false,
     success: 201,
@@ -34,7 +36,8 @@ export const RELATIONSHIP_TYPES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET PROJ/relationship-types/{name}',
+    method: 'GET',
+    path: `${PROJ}/relationship-types/{name}`,
     minRole: 'viewer',
     environmentScoped: false,
     success: 200,
@@ -44,7 +47,8 @@ export const RELATIONSHIP_TYPES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'PUT PROJ/relationship-types/{name}',
+    method: 'PUT',
+    path: `${PROJ}/relationship-types/{name}`,
     minRole: 'admin',
     environmentScoped: false,
     success: 200,
@@ -57,7 +61,8 @@ export const RELATIONSHIP_TYPES_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'DELETE PROJ/relationship-types/{name}',
+    method: 'DELETE',
+    path: `${PROJ}/relationship-types/{name}`,
     minRole: 'admin',
     environmentScoped: false,
     success: 200,

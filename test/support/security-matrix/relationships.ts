@@ -2,7 +2,7 @@ import { and, eq } from 'drizzle-orm';
 import { entities, entityTypes, environments, relationshipTypes } from '../../../src/db/schema';
 import type { Tenant } from '../fixtures';
 import type { TestApi } from '../node-app';
-import { asOwner, fresh, type SecuredRoute } from './route';
+import { asOwner, ENV, fresh, type SecuredRoute } from './route';
 
 const env = (t: Tenant) => `/${t.org.slug}/${t.project.slug}/envs/default`;
 
@@ -52,7 +52,8 @@ const HIDDEN = { status: 404, code: 'not_found' };
 
 export const RELATIONSHIPS_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET ENV/relationships',
+    method: 'GET',
+    path: `${ENV}/relationships`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -61,7 +62,8 @@ export const RELATIONSHIPS_ROUTES: SecuredRoute[] = [
     call: (api, t, token) => api.call('GET', `${env(t)}/relationships`, { token }),
   },
   {
-    name: 'POST ENV/relationships',
+    method: 'POST',
+    path: `${ENV}/relationships`,
     minRole: 'member',
     environmentScoped: true,
     success: 201,
@@ -72,7 +74,8 @@ export const RELATIONSHIPS_ROUTES: SecuredRoute[] = [
     },
   },
   {
-    name: 'GET ENV/relationships/{id}',
+    method: 'GET',
+    path: `${ENV}/relationships/{id}`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,
@@ -80,7 +83,8 @@ export const RELATIONSHIPS_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('GET', `${env(t)}/relationships/${await relationshipId(api, t)}`, { token }),
   },
   {
-    name: 'PUT ENV/relationships/{id}',
+    method: 'PUT',
+    path: `${ENV}/relationships/{id}`,
     minRole: 'member',
     environmentScoped: true,
     success: 200,
@@ -89,7 +93,8 @@ export const RELATIONSHIPS_ROUTES: SecuredRoute[] = [
       api.call('PUT', `${env(t)}/relationships/${await relationshipId(api, t)}`, { token, body: { state: 'live' } }),
   },
   {
-    name: 'DELETE ENV/relationships/{id}',
+    method: 'DELETE',
+    path: `${ENV}/relationships/{id}`,
     minRole: 'member',
     environmentScoped: true,
     success: 200,
@@ -97,7 +102,8 @@ export const RELATIONSHIPS_ROUTES: SecuredRoute[] = [
     call: async (api, t, token) => api.call('DELETE', `${env(t)}/relationships/${await relationshipId(api, t)}`, { token }),
   },
   {
-    name: 'GET ENV/entities/{name}/relationships',
+    method: 'GET',
+    path: `${ENV}/entities/{name}/relationships`,
     minRole: 'viewer',
     environmentScoped: true,
     success: 200,

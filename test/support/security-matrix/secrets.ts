@@ -5,21 +5,24 @@ const secretsPath = (t: { org: { slug: string }; project: { slug: string } }) =>
 /** Secrets are environment-scoped (the pin applies) and not cell-scoped: no outsideCellScope. */
 export const SECRETS_ROUTES: SecuredRoute[] = [
   {
-    name: 'GET /{o}/{p}/envs/{envName}/secrets',
+    method: 'GET',
+    path: '/{o}/{p}/envs/{envName}/secrets',
     minRole: 'admin',
     environmentScoped: true,
     success: 200,
     call: (api, t, token) => api.call('GET', secretsPath(t), { token }),
   },
   {
-    name: 'PUT /{o}/{p}/envs/{envName}/secrets/{name}',
+    method: 'PUT',
+    path: '/{o}/{p}/envs/{envName}/secrets/{name}',
     minRole: 'admin',
     environmentScoped: true,
     success: 201,
     call: (api, t, token) => api.call('PUT', `${secretsPath(t)}/${fresh('matrix-secret')}`, { token, body: { value: 'matrix-value' } }),
   },
   {
-    name: 'DELETE /{o}/{p}/envs/{envName}/secrets/{name}',
+    method: 'DELETE',
+    path: '/{o}/{p}/envs/{envName}/secrets/{name}',
     minRole: 'admin',
     environmentScoped: true,
     success: 200,

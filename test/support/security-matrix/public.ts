@@ -1,0 +1,13 @@
+import type { RouteKey } from './route';
+
+/**
+ * Routes that answer without credentials, listed here so the matrix knows
+ * they are public on purpose: a route missing from every list fails the
+ * matrix. They are registered before the API's credential check, so a
+ * header, even a bogus one, changes nothing.
+ */
+export const PUBLIC_ROUTES: (RouteKey & { success: number })[] = [
+  { method: 'GET', path: '/healthz', success: 200 },
+  { method: 'GET', path: '/openapi.json', success: 200 },
+  { method: 'GET', path: '/docs', success: 200 },
+];

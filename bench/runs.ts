@@ -18,7 +18,7 @@ import { loadConfig } from '../src/config';
 import { createLogger } from '../src/logger';
 import { DEFAULT_JOB_RUNNER_OPTIONS } from '../src/node/job-runner';
 import { platformWithJobRunner } from '../src/node/platform';
-import { createBenchTenant, expectStatus, json, positiveInteger, type Benchmark } from './harness';
+import { BENCH_RATE_LIMIT, createBenchTenant, expectStatus, json, positiveInteger, type Benchmark } from './harness';
 
 interface Receiver {
   url: string;
@@ -82,6 +82,7 @@ export const runs: Benchmark = {
       AUTH_SECRET: randomBytes(32).toString('hex'),
       OUTBOUND_ALLOWED_HOSTS: receiver.host,
       API_BASE_URL: 'https://cellplane.example.com',
+      ...BENCH_RATE_LIMIT,
     });
     const logger = createLogger({ level: 'info', secrets: [config.encryptionKey, config.authSecret], sink: () => {} });
     const { platform, jobs } = platformWithJobRunner({ config, logger, db: database.db, namedStatements: database.kind === 'postgres' });

@@ -20,7 +20,7 @@ import { createApp } from '../src/app';
 import { loadConfig } from '../src/config';
 import { createLogger } from '../src/logger';
 import { platformWithJobRunner } from '../src/node/platform';
-import { createBenchTenant, expectStatus, json, positiveInteger, type Benchmark } from './harness';
+import { BENCH_RATE_LIMIT, createBenchTenant, expectStatus, json, positiveInteger, type Benchmark } from './harness';
 
 /** A process holding `count` subscribers (bench/stream-clients.ts). */
 async function startSubscribers(url: string, token: string, count: number) {
@@ -65,7 +65,12 @@ export const stream: Benchmark = {
   async run(context) {
     const { database, label } = context;
     const rounds = Math.min(positiveInteger('BENCH_ITERATIONS', 2000), 200);
-    const config = loadConfig({ ENCRYPTION_KEY: randomBytes(32).toString('hex'), AUTH_SECRET: randomBytes(32).toString('hex') });
+    const config = loadConfig({
+      ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+      AUTH_SECRET: randomBytes(32).toString('hex'),
+      API_BASE_URL: 'https://cellplane.example.com',
+      ...BENCH_RATE_LIMIT,
+    });
     const logger = createLogger({ level: 'info', secrets: [config.encryptionKey, config.authSecret], sink: () => {} });
     const { platform, hub } = platformWithJobRunner({ config, logger, db: database.db, namedStatements: database.kind === 'postgres' });
     const app = createApp(platform);

@@ -1,3 +1,4 @@
+import type { Context } from 'hono';
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
@@ -56,6 +57,30 @@ export interface ChangeStreams {
   open(request: SubscriptionRequest, connection: { raw: unknown; headers: Record<string, string> }): Promise<Response>;
 }
 
+/** Where one rate-limit key stands in its current window (src/http/rate-limit.ts). */
+export interface RateLimitStanding {
+  /** Whether this request was admitted (and counted). */
+  allowed: boolean;
+  /** Requests left in the window after this one. */
+  remaining: number;
+  /** When the window ends, in epoch milliseconds. */
+  resetAt: number;
+}
+
+/**
+ * The `rateLimits` port: request counts per key (docs/decisions.md, Rate
+ * limits). Node: in process, synced through Postgres when several instances
+ * share one; Worker: a Durable Object per key.
+ */
+export interface RateLimits {
+  /** The client's network address as the host sees it, or undefined when it cannot tell. */
+  clientAddress(c: Context): string | undefined;
+  /** Counts one request against `key` unless its window is already full. */
+  hit(key: string, limit: number): RateLimitStanding | Promise<RateLimitStanding>;
+  /** What this process or isolate last saw of `key` in the current window, with no I/O; undefined when nothing. */
+  peek(key: string, limit: number): RateLimitStanding | undefined;
+}
+
 export interface Platform {
   config: Config;
   logger: Logger;
@@ -72,6 +97,8 @@ export interface Platform {
   namedStatements: boolean;
   deliveries: DeliveryScheduler;
   changes: ChangeStreams;
+  /** Both hosts set it; a platform without it (one built by hand for a test of something else) limits nothing. */
+  rateLimits?: RateLimits;
   /**
    * Whether requests arrive with an execution context (the Worker's
    * `waitUntil`). Asked of the platform, not of Hono, whose getter throws

@@ -6,6 +6,7 @@ import { consumeDeadLetters, consumeDeliveries, scheduledTick } from './runs/que
 import { createWorkerPlatform, deliveryQueue, type WorkerEnv } from './worker-platform';
 
 export { EnvironmentStream } from '../durable-objects/environment-stream';
+export { RateLimiter } from '../durable-objects/rate-limiter';
 export type { WorkerEnv } from './worker-platform';
 
 /**

@@ -3,3 +3,4 @@ export * from './catalog';
 export * from './runtime';
 export * from './actions';
 export * from './runs';
+export * from './rate-limits';

@@ -1,0 +1,139 @@
+import type { Context, MiddlewareHandler } from 'hono';
+import ipaddr from 'ipaddr.js';
+import { bearerCredential } from '../auth/caller';
+import { hashServiceToken, isWellFormedServiceToken } from '../auth/service-token';
+import type { AppEnv } from '../context';
+import type { Platform, RateLimits, RateLimitStanding } from '../platform';
+import { ApiError } from './errors';
+
+/**
+ * Rate limits (DECISIONS §7 and §8; docs/decisions.md, Rate limits):
+ * RATE_LIMIT_PER_MINUTE requests per key in a fixed window of 60 s, counted
+ * before anything else of the request runs, so a refused request costs no
+ * database lookup. Every response carries the policy and the key's standing
+ * in the syntax of draft-ietf-httpapi-ratelimit-headers-11 (May 2026):
+ *
+ *   RateLimit-Policy: "default";q=600;w=60
+ *   RateLimit: "default";r=599;t=42
+ *
+ * and a refusal is `429 rate_limited` with `Retry-After` = `t` (the end of the
+ * window: the draft's §6 has Retry-After never point earlier than that).
+ */
+
+export const RATE_LIMIT_WINDOW_MS = 60_000;
+const POLICY = 'default';
+
+/**
+ * The window of `key` that holds `nowMs`. Windows are fixed, but each key's
+ * start is offset by a hash of the key, so throttled clients do not all come
+ * back at the same second (the draft's §8.5). Every host and instance
+ * computes the same window for a key from its clock alone.
+ */
+export function rateLimitWindow(key: string, nowMs: number): { start: number; end: number } {
+  const offset = fnv1a(key) % RATE_LIMIT_WINDOW_MS;
+  const start = Math.floor((nowMs - offset) / RATE_LIMIT_WINDOW_MS) * RATE_LIMIT_WINDOW_MS + offset;
+  return { start, end: start + RATE_LIMIT_WINDOW_MS };
+}
+
+function fnv1a(text: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    hash ^= text.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return hash >>> 0;
+}
+
+/**
+ * The part of a client address a budget belongs to: an IPv4 address, or the
+ * /64 of an IPv6 one (a single host is routinely handed a whole /64, so one
+ * address per budget would be no limit at all). `unknown` when the host
+ * cannot tell (no socket: an in-process request; no CF-Connecting-IP).
+ */
+export function addressPartition(address: string | undefined): string {
+  if (!address || !ipaddr.isValid(address)) return 'unknown';
+  let parsed = ipaddr.parse(address);
+  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+  if (parsed.kind() === 'ipv4') return parsed.toString();
+  const prefix = (parsed as ipaddr.IPv6).parts.slice(0, 4);
+  return `${new ipaddr.IPv6([...prefix, 0, 0, 0, 0]).toString()}/64`;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** The run callback (CALLBACK_PATH in src/modules/action-runs/routes.ts). */
+const CALLBACK = /^\/[^/]+\/[^/]+\/envs\/[^/]+\/action-runs\/([^/]+)\/callback$/;
+
+/**
+ * What a request counts against. Never a raw credential: a key may be logged
+ * and, on Node, is stored in `rate_limit_counters`.
+ *
+ * - the run callback: `run:<run id>`, whoever calls it;
+ * - a service token of valid shape and checksum: `tok:` + the first 32 hex
+ *   digits of its SHA-256 (a prefix of `service_tokens.token_hash`, so an
+ *   operator can find the token), known without a query;
+ * - anything else (no credentials, a malformed or forged-checksum token):
+ *   `ip:<address partition>`.
+ *
+ * A credential-keyed request also names `failureKey`, `fail:<address
+ * partition>`: a checksum-valid token costs nothing to forge, so each one the
+ * database turns away (401) is counted against the caller's address there,
+ * and an address whose failures fill that budget is refused before its next
+ * token is looked up.
+ */
+export function rateLimitSubject(c: Context, rateLimits: RateLimits): { key: string; failureKey?: string } {
+  const address = addressPartition(rateLimits.clientAddress(c));
+  const callback = c.req.method === 'POST' ? CALLBACK.exec(c.req.path) : null;
+  if (callback && UUID.test(callback[1]!)) return { key: `run:${callback[1]!.toLowerCase()}`, failureKey: `fail:${address}` };
+  const token = bearerCredential(c.req.header('authorization'));
+  if (token !== undefined && isWellFormedServiceToken(token)) {
+    return { key: `tok:${hashServiceToken(token).slice(0, 32)}`, failureKey: `fail:${address}` };
+  }
+  return { key: `ip:${address}` };
+}
+
+export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
+  const { rateLimits, clock } = platform;
+  if (!rateLimits) return (_c, next) => next();
+  const limit = platform.config.rateLimitPerMinute;
+  const policy = `"${POLICY}";q=${limit};w=${RATE_LIMIT_WINDOW_MS / 1000}`;
+  const secondsLeft = (standing: RateLimitStanding) => Math.max(1, Math.ceil((standing.resetAt - clock.now().getTime()) / 1000));
+  const describe = (standing: RateLimitStanding, seconds = secondsLeft(standing)) => `"${POLICY}";r=${standing.remaining};t=${seconds}`;
+
+  /** A store that cannot count (a Durable Object unreachable) admits the request: the API stays up, unlimited meanwhile. */
+  const countOrAdmit = async (key: string): Promise<RateLimitStanding> => {
+    try {
+      return await rateLimits.hit(key, limit);
+    } catch (error) {
+      platform.logger.warn('rate limit store unavailable; request admitted uncounted', { error });
+      return { allowed: true, remaining: limit, resetAt: rateLimitWindow(key, clock.now().getTime()).end };
+    }
+  };
+
+  return async (c, next) => {
+    const { key, failureKey } = rateLimitSubject(c, rateLimits);
+    // a budget already spent is refused from what this process or isolate saw: no I/O
+    const spent = [failureKey, key].map((k) => k && rateLimits.peek(k, limit)).find((s) => s && !s.allowed);
+    const standing = spent || (await countOrAdmit(key));
+    // prepared here, they reach every response the context builds, errors included
+    const seconds = secondsLeft(standing);
+    c.header('RateLimit-Policy', policy);
+    c.header('RateLimit', describe(standing, seconds));
+    if (!standing.allowed) {
+      c.header('Retry-After', String(seconds));
+      throw new ApiError('rate_limited', `rate limit of ${limit} requests per minute reached; retry in ${seconds} s`);
+    }
+    await next();
+    // responses made without the context (a stream's Response) get them now
+    if (!c.res.headers.has('RateLimit')) {
+      c.header('RateLimit-Policy', policy);
+      c.header('RateLimit', describe(standing));
+    }
+    if (failureKey && c.res.status === 401) {
+      const counted = Promise.resolve(rateLimits.hit(failureKey, limit)).catch((error: unknown) =>
+        platform.logger.warn('could not count a failed credential against its address', { error }),
+      );
+      if (platform.executionContext) c.executionCtx.waitUntil(counted);
+      else await counted;
+    }
+  };
+};

@@ -103,6 +103,8 @@ async function main(): Promise<void> {
   try {
     const workerVars: Record<string, string> = {};
     for (const name of PASSED_THROUGH) if (env[name]) workerVars[name] = env[name]!;
+    // the Worker requires it; locally the API is reached where wrangler dev listens
+    workerVars.API_BASE_URL ??= `http://127.0.0.1:${port}`;
 
     let target: string;
     let embedded = false;

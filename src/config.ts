@@ -143,18 +143,37 @@ export const VERSION = '0.1.0';
 
 type Env = Record<string, string | undefined>;
 
-export function loadConfig(env: Env): Config {
+export interface LoadConfigOptions {
+  /**
+   * Set by a host that may not run without API_BASE_URL (the Worker; the Node
+   * host with DATABASE_URL): where it is required, for the message. Callback
+   * URLs are never built from a request's Host header (docs/decisions.md,
+   * Outbound URLs and the callback base).
+   */
+  apiBaseUrlRequired?: string;
+}
+
+export function loadConfig(env: Env, options: LoadConfigOptions = {}): Config {
   // Empty strings mean "unset": wrangler and shells both produce them.
   const input = Object.fromEntries(
     Object.keys(ConfigSchema.shape).map((key) => [key, env[key] === '' ? undefined : env[key]]),
   );
   const result = ConfigSchema.safeParse(input);
-  if (!result.success) {
-    const problems = result.error.issues.map((issue) => {
+  const missingBaseUrl =
+    options.apiBaseUrlRequired !== undefined && input.API_BASE_URL === undefined
+      ? [
+          {
+            variable: 'API_BASE_URL',
+            expects: `is required ${options.apiBaseUrlRequired}: the public URL of this API (e.g. https://cellplane.example.com), which callback URLs are built from`,
+          },
+        ]
+      : [];
+  if (!result.success || missingBaseUrl.length > 0) {
+    const problems = (result.success ? [] : result.error.issues).map((issue) => {
       const variable = String(issue.path[0] ?? 'configuration');
       return { variable, expects: input[variable] === undefined ? 'is required' : issue.message };
     });
-    throw new ConfigError(problems);
+    throw new ConfigError([...problems, ...missingBaseUrl]);
   }
   const c = result.data;
   const leaseSeconds = c.DELIVERY_LEASE_SECONDS ?? c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS + 20;

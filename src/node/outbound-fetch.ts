@@ -10,8 +10,11 @@ import { hostAllowed, isPublicAddress } from '../runs/outbound-guard';
  * resolve it again, and a name that answered with a public address the first
  * time can answer with a private one the second (DNS rebinding). Here every
  * connection's own lookup is judged, so what is connected to is what was
- * checked. A refused address fails the connection with EADDRNOTPUBLIC, which
- * the delivery records as a refusal (src/runs/delivery.ts).
+ * checked, by the same judgement (isPublicAddress: the IANA special-purpose
+ * registries, src/runs/special-purpose-addresses.ts). A refused address fails
+ * the connection with EADDRNOTPUBLIC, which the delivery records as a refusal
+ * (src/runs/delivery.ts). A literal IP host is connected to without a lookup;
+ * the guard judged it before the attempt, and nothing can change it since.
  *
  * (The Worker needs none of this: its fetch cannot reach private addresses.)
  */

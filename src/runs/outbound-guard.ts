@@ -1,4 +1,11 @@
 import ipaddr from 'ipaddr.js';
+import {
+  IPV4_EMBEDDINGS,
+  IPV4_SPECIAL_PURPOSE,
+  IPV6_SPECIAL_PURPOSE,
+  OUTSIDE_THE_REGISTRIES,
+  type SpecialPurposeBlock,
+} from './special-purpose-addresses';
 
 /**
  * The SSRF guard for outbound webhooks (DECISIONS §4): a target resolving to
@@ -7,10 +14,14 @@ import ipaddr from 'ipaddr.js';
  *
  * URLs are parsed by the platform's WHATWG URL parser, which already turns
  * every IPv4 notation (decimal `2130706433`, hex `0x7f.1`, octal `0177.0.0.1`,
- * short forms) into a dotted quad, and IPv6 into its canonical form;
- * addresses are classified by ipaddr.js. Only plain public unicast passes;
- * an IPv4-mapped IPv6 address is judged as the IPv4 address it carries, and
- * other embeddings (6to4, NAT64, Teredo) are refused outright.
+ * short forms) into a dotted quad, and IPv6 into its canonical form.
+ * Addresses are judged by the IANA special-purpose address registries
+ * (src/runs/special-purpose-addresses.ts): an address passes only when the
+ * most specific registry block holding it is globally reachable, or no block
+ * holds it and it is ordinary unicast (IPv4 outside multicast, IPv6 inside
+ * 2000::/3). IPv4-mapped, IPv4-compatible and NAT64 (64:ff9b::/96) addresses
+ * are judged as the IPv4 address they carry; 6to4, Teredo and local-use NAT64
+ * are refused outright by their registry rows.
  */
 
 /** Resolves a host name to its addresses (Node: dns.lookup). Hosts without one pass names through unchecked. */
@@ -24,13 +35,65 @@ export type OutboundVerdict =
 /** Names that mean "this machine" or a cloud metadata service whatever DNS says. */
 const BLOCKED_NAMES = [/^localhost$/, /\.localhost$/, /^metadata$/, /^metadata\.google\.internal$/, /\.internal$/];
 
-export function isPublicAddress(address: string): boolean {
-  if (!ipaddr.isValid(address)) return false;
-  let parsed = ipaddr.parse(address);
-  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
-    parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+type Named = Pick<SpecialPurposeBlock, 'prefix' | 'name' | 'rfc'>;
+/** A block and what it means for an address inside it: `public` only where the registry says globally reachable. */
+type Block = Named & { judged: 'public' | 'refused' | 'by-embedded-ipv4' };
+type ParsedBlock = { block: Block; range: [ipaddr.IPv4 | ipaddr.IPv6, number] };
+
+const fromRegistry = (block: SpecialPurposeBlock): Block => ({ ...block, judged: block.globallyReachable === true ? 'public' : 'refused' });
+const parseBlocks = (blocks: Block[]): ParsedBlock[] => blocks.map((block) => ({ block, range: ipaddr.parseCIDR(block.prefix) }));
+
+const IPV4_BLOCKS = parseBlocks([
+  ...IPV4_SPECIAL_PURPOSE.map(fromRegistry),
+  { ...OUTSIDE_THE_REGISTRIES.ipv4Multicast, judged: 'refused' },
+]);
+// the embeddings come first, so that at the same prefix (::ffff:0:0/96, 64:ff9b::/96) they win over the registry row
+const IPV6_BLOCKS = parseBlocks([
+  ...IPV4_EMBEDDINGS.map((embedding): Block => ({ ...embedding, judged: 'by-embedded-ipv4' })),
+  ...IPV6_SPECIAL_PURPOSE.map(fromRegistry),
+]);
+const IPV6_GLOBAL_UNICAST = ipaddr.parseCIDR(OUTSIDE_THE_REGISTRIES.ipv6GlobalUnicast.prefix);
+
+/** The most specific block holding the address (the registries nest: 192.0.0.9/32 is reachable inside 192.0.0.0/24, which is not). */
+function mostSpecific(address: ipaddr.IPv4 | ipaddr.IPv6, blocks: ParsedBlock[]): Block | undefined {
+  let found: ParsedBlock | undefined;
+  for (const candidate of blocks) {
+    if (address.kind() !== candidate.range[0].kind() || !address.match(candidate.range)) continue;
+    if (!found || candidate.range[1] > found.range[1]) found = candidate;
   }
-  return parsed.range() === 'unicast';
+  return found?.block;
+}
+
+export type AddressVerdict = { public: true } | { public: false; why: string };
+
+const named = (block: Named) => `${block.name}, ${block.prefix}, ${block.rfc}`;
+
+/**
+ * Whether an outbound request may go to this address, and if not, which
+ * block it is in. (ipaddr.js reads the dotted `::a.b.c.d` as IPv4-mapped,
+ * where it is IPv4-compatible; both are judged by the IPv4 address they
+ * carry, so the verdict is the same.)
+ */
+export function judgeAddress(address: string): AddressVerdict {
+  if (!ipaddr.isValid(address)) return { public: false, why: 'not an IP address' };
+  const parsed = ipaddr.parse(address);
+  if (parsed.kind() === 'ipv4') {
+    const block = mostSpecific(parsed, IPV4_BLOCKS);
+    return !block || block.judged === 'public' ? { public: true } : { public: false, why: named(block) };
+  }
+  const v6 = parsed as ipaddr.IPv6;
+  const block = mostSpecific(v6, IPV6_BLOCKS);
+  if (block?.judged === 'by-embedded-ipv4') {
+    const carried = new ipaddr.IPv4(v6.toByteArray().slice(12)).toString();
+    const inner = judgeAddress(carried);
+    return inner.public ? inner : { public: false, why: `${block.name} carrying ${carried}: ${inner.why}` };
+  }
+  if (block) return block.judged === 'public' ? { public: true } : { public: false, why: named(block) };
+  return v6.match(IPV6_GLOBAL_UNICAST) ? { public: true } : { public: false, why: `outside ${named(OUTSIDE_THE_REGISTRIES.ipv6GlobalUnicast)}` };
+}
+
+export function isPublicAddress(address: string): boolean {
+  return judgeAddress(address).public;
 }
 
 /**
@@ -79,9 +142,10 @@ export async function checkOutboundUrl(
   const hostname = url.hostname.toLowerCase();
   const literal = literalAddress(hostname);
   if (literal !== undefined) {
-    return isPublicAddress(literal)
+    const verdict = judgeAddress(literal);
+    return verdict.public
       ? { ok: true, url, addresses: [literal] }
-      : { ok: false, reason: `${hostname} is not a public address` };
+      : { ok: false, reason: `${hostname} is not a public address (${verdict.why})` };
   }
   if (BLOCKED_NAMES.some((pattern) => pattern.test(hostname.replace(/\.$/, '')))) {
     return { ok: false, reason: `${hostname} names a local or metadata host` };

@@ -256,6 +256,78 @@ describe('actions', () => {
     });
   });
 
+  describe('webhook URLs (docs/decisions.md, Outbound URLs and the callback base)', () => {
+    const urlProblem = (response: { body: { details?: { path: string; message: string }[] } }) =>
+      response.body.details?.find((detail) => detail.path === 'trigger.url')?.message ?? '';
+
+    it.each([
+      'http://user:pw@hooks.example.com/deploy',
+      'https://token@hooks.example.com/deploy',
+      'https://:pw@hooks.example.com/deploy',
+      'http://{{ secrets.hook-user }}:{{ secrets.hook-password }}@hooks.example.com/deploy',
+      'http://{{secrets.x}}@hooks.example.com/',
+    ])('refuses credentials in the URL at definition, pointing to auth: %s', async (url) => {
+      const name = freshName('userinfo');
+      const response = await create(name, { trigger: webhook({ url }) });
+      expectError(response, 400, 'validation_failed');
+      expect(urlProblem(response)).toContain("trigger's auth");
+      expectError(await api.call('GET', `${path}/${name}`, { token: viewer }), 404, 'not_found');
+      // nor may a PUT bring one in
+      expect((await create(name)).status).toBe(201);
+      const put = await api.call('PUT', `${path}/${name}`, { token: admin, body: actionBody(name, { trigger: webhook({ url }) }) });
+      expectError(put, 400, 'validation_failed');
+      expect((await api.call('GET', `${path}/${name}`, { token: viewer })).body.trigger.url).toBe('https://hooks.example.com/deploy');
+    });
+
+    it.each([
+      'http://{{parameters.h}}/',
+      'http://{{entity.name}}.example.com/x',
+      'https://hooks.example.com{{parameters.suffix}}/deploy',
+      'https://{{secrets.host}}:8443/deploy',
+    ])('refuses a template in the host at definition: %s', async (url) => {
+      const response = await create(freshName('host-template'), { trigger: webhook({ url }) });
+      expectError(response, 400, 'validation_failed');
+      expect(urlProblem(response)).toContain('template in its host');
+    });
+
+    it('accepts templates in the path and query', async () => {
+      const url = 'https://hooks.example.com/{{ entity.name }}/deploy?size={{parameters.size}}#{{ run.id }}';
+      const response = await create(freshName('path-template'), { trigger: webhook({ url }) });
+      expect(response.status, JSON.stringify(response.body)).toBe(201);
+      expect(response.body.trigger.url).toBe(url);
+    });
+
+    it.each([
+      ['https://deploy:hunter2-url-pw@hooks.example.com/x?e={{ entity.name }}', 'https://[redacted]@hooks.example.com/x?e={{ entity.name }}'],
+      ['http://hunter2-url-pw@hooks.example.com', 'http://[redacted]@hooks.example.com'],
+      ['http:\\\\deploy:hunter2-url-pw@hooks.example.com/x', 'http:\\\\[redacted]@hooks.example.com/x'],
+      ['https://deploy:hunter2-url-pw@a@hooks.example.com/x', 'https://[redacted]@hooks.example.com/x'],
+    ])('a stored URL with credentials (written before they were refused) is shown redacted: %s', async (stored, shown) => {
+      const name = freshName('stored-userinfo');
+      expect((await create(name)).status).toBe(201);
+      const [row] = await api.db.select().from(actions).where(and(eq(actions.projectId, tenant.project.id), eq(actions.name, name)));
+      await api.db
+        .update(actions)
+        .set({ trigger: { ...(row!.trigger as Record<string, unknown>), url: stored } })
+        .where(eq(actions.id, row!.id));
+      const one = await api.call('GET', `${path}/${name}`, { token: viewer });
+      const list = await api.call('GET', path, { token: viewer });
+      expect(one.body.trigger.url).toBe(shown);
+      expect(list.body.find((action: { name: string }) => action.name === name).trigger.url).toBe(shown);
+      for (const response of [one, list]) expect(JSON.stringify(response.body)).not.toContain('hunter2-url-pw');
+      // the shown URL cannot be sent back: it still has userinfo
+      const { orgId: _o, projectId: _p, createdAt: _c, updatedAt: _u, ...fields } = one.body;
+      expectError(await api.call('PUT', `${path}/${name}`, { token: admin, body: { kind: 'Action', ...fields } }), 400, 'validation_failed');
+      // and its trigger is refused before anything is written or sent, without quoting the URL
+      await createEntity(name);
+      const trigger = await api.call('POST', `${proj}/envs/default/entities/${name}/actions/${name}`, { token: admin });
+      expectError(trigger, 400, 'outbound_url_refused');
+      expect(trigger.body.error).toContain('credentials in the URL are not allowed');
+      expect(JSON.stringify(trigger.body)).not.toContain('hunter2-url-pw');
+      expect((await api.call('GET', `${proj}/envs/default/action-runs?action=${name}`, { token: viewer })).body).toEqual([]);
+    });
+  });
+
   describe('GET', () => {
     it('lists by name; 404 not_found for an unknown action', async () => {
       const list = await api.call('GET', path, { token: viewer });

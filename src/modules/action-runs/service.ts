@@ -109,10 +109,26 @@ function validatedParameters(definitions: PropertyDefinition[], values: Record<s
   return result.values;
 }
 
+/**
+ * The base of `{{ run.callbackUrl }}`: API_BASE_URL, which every host sets
+ * (the Worker and a Node host with DATABASE_URL refuse to start without it;
+ * the embedded Node host defaults it to its listening address). A host that
+ * gets here without one is wired wrong: fail, never fall back to the Host
+ * header, which the caller chooses.
+ */
+function callbackBase(ctx: ServiceContext): string {
+  if (!ctx.config.apiBaseUrl) throw new Error('API_BASE_URL is not configured; callback URLs cannot be built');
+  return ctx.config.apiBaseUrl;
+}
+
 export interface TriggerOptions {
   idempotencyKey?: string;
-  /** The origin the trigger request reached: the callback URL's base when API_BASE_URL is unset. */
-  origin: string;
+  /**
+   * The origin the trigger request reached. Not used: the callback base is
+   * API_BASE_URL only, never a request's Host header (docs/decisions.md,
+   * Outbound URLs and the callback base).
+   */
+  origin?: string;
 }
 
 /**
@@ -162,7 +178,7 @@ export async function triggerAction(
     orgId: project.orgId,
     projectId: project.id,
     envId: env.id,
-    callbackBaseUrl: ctx.config.apiBaseUrl ?? options.origin,
+    callbackBaseUrl: callbackBase(ctx),
   };
   const entitySnapshot = { id: entity.id, name: entity.name, properties: entity.properties as Record<string, unknown> };
 

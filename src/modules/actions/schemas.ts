@@ -81,13 +81,43 @@ export const RetryPolicy = z
 
 const DEFAULT_RETRY = { maxAttempts: 3, backoff: 'exponential', initialDelayMs: 1000 } as const;
 
+/**
+ * The webhook URL, as written (templates unresolved): an absolute http(s) URL
+ * whose host is fixed. Templates may sit in the path and query only — a value
+ * interpolated into the host could name any address — and credentials belong
+ * in `auth`, where responses redact them, never in `user:password@`
+ * (docs/decisions.md, Outbound URLs).
+ */
+const WebhookUrl = z
+  .url({ protocol: /^https?$/, message: 'must be an absolute http(s) URL' })
+  .max(4096)
+  .superRefine((value, ctx) => {
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      return; // the URL check above has said so
+    }
+    if (url.username || url.password) {
+      ctx.addIssue({
+        code: 'custom',
+        message:
+          "may not carry credentials (user:password@host): send them in the trigger's auth (basic, bearer, header or jwt), preferably as {{ secrets.<name> }} references",
+      });
+    }
+    if (/[{}]/.test(url.host)) {
+      ctx.addIssue({
+        code: 'custom',
+        message: 'may not have a template in its host: the host is fixed when the action is defined; templates may sit in the path and query',
+      });
+    }
+  })
+  .openapi({ example: 'https://ci.example.com/hooks/deploy?entity={{ entity.name }}' });
+
 export const WebhookTrigger = z
   .strictObject({
     type: z.literal('webhook'),
-    url: z
-      .url({ protocol: /^https?$/, message: 'must be an absolute http(s) URL' })
-      .max(4096)
-      .openapi({ example: 'https://ci.example.com/hooks/deploy?entity={{ entity.name }}' }),
+    url: WebhookUrl,
     method: z.enum(['GET', 'POST', 'PUT', 'PATCH', 'DELETE']).default('POST'),
     auth: WebhookAuth.optional(),
     headers: z.record(HeaderName, TemplateString).optional(),

@@ -24,12 +24,35 @@ const showable = (value: string) => SECRET_REFERENCE.test(value) || value.replac
 const redact = (value: string) => (showable(value) ? value : REDACTED);
 
 /**
+ * A stored URL with `user:password@` shows `[redacted]@` in its place. Such
+ * URLs are refused at definition, but rows written before that may hold one
+ * (their deliveries are refused by the outbound guard). The text is kept as
+ * written, templates included; should the replacement not leave exactly the
+ * marker as userinfo (a URL the pattern misreads), the whole URL is redacted.
+ */
+function redactUserinfo(url: string): string {
+  const userinfoOf = (text: string) => {
+    try {
+      const parsed = new URL(text);
+      return parsed.username || parsed.password ? `${parsed.username}:${parsed.password}` : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  if (userinfoOf(url) === undefined) return url;
+  // the authority ends at the first / ? # or \ (http and https); its last @ ends the userinfo
+  const replaced = url.replace(/^(\s*[A-Za-z][A-Za-z0-9+.-]*:[/\\]*)[^/?#\\]*@/, `$1${REDACTED}@`);
+  return userinfoOf(replaced) === `${encodeURIComponent(REDACTED)}:` ? replaced : REDACTED;
+}
+
+/**
  * The trigger as responses show it. The stored row keeps the literal, which
  * the run engine reads from the database; catalog:read holders never see it.
  */
-function redactTrigger(trigger: ActionTrigger): ActionTrigger {
+function redactTrigger(stored: ActionTrigger): ActionTrigger {
+  if (stored.type === 'pull-request') return stored.auth ? { ...stored, auth: { token: redact(stored.auth.token) } } : stored;
+  const trigger = { ...stored, url: redactUserinfo(stored.url) };
   if (!trigger.auth) return trigger;
-  if (trigger.type === 'pull-request') return { ...trigger, auth: { token: redact(trigger.auth.token) } };
   const auth = trigger.auth;
   switch (auth.type) {
     case 'bearer':

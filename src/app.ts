@@ -7,7 +7,9 @@ import { sql } from 'drizzle-orm';
 import type { AppEnv } from './context';
 import { ApiError } from './http/errors';
 import { handleError } from './http/error-handler';
+import { refuseHostileUrl } from './http/hostile-input';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
+import { rateLimit } from './http/rate-limit';
 import type { Platform } from './platform';
 import { actionRunCallbackRoutes, actionRunRoutes, CALLBACK_PATH } from './modules/action-runs/routes';
 import { actionRoutes } from './modules/actions/routes';
@@ -59,6 +61,8 @@ export function createApp(platform: Platform) {
       durationMs: Date.now() - started,
     });
   });
+  // every request, public and unknown routes too, before any other work: a 429 costs no database lookup
+  app.use('*', rateLimit(platform));
   app.onError(handleError(platform.logger));
   app.notFound((c) => c.json({ error: `no route for ${c.req.method} ${c.req.path}`, code: 'not_found' }, 404));
 
@@ -98,12 +102,19 @@ export function createApp(platform: Platform) {
   });
   // the run callback checks its own token, so it answers before the service-token check below
   const callbacks = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-  callbacks.use(CALLBACK_PATH, limitBody(), parseJsonBody(), requestContext(platform, { authenticate: false }));
+  // hostile text in the URL or body (./http/hostile-input.ts) is refused before anything reads it
+  callbacks.use(CALLBACK_PATH, refuseHostileUrl(), limitBody(), parseJsonBody(), requestContext(platform, { authenticate: false }));
   callbacks.route('/', actionRunCallbackRoutes);
   app.route('/', callbacks);
 
   const api = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-  api.use('*', onMatchedRoutes(limitBody()), onMatchedRoutes(parseJsonBody()), onMatchedRoutes(requestContext(platform)));
+  api.use(
+    '*',
+    onMatchedRoutes(refuseHostileUrl()),
+    onMatchedRoutes(limitBody()),
+    onMatchedRoutes(parseJsonBody()),
+    onMatchedRoutes(requestContext(platform)),
+  );
   api.route('/', orgRoutes);
   api.route('/', projectRoutes);
   api.route('/', tokenRoutes);

@@ -5,13 +5,22 @@ import type { Db } from '../db/client';
 import type { DatabaseLease, Platform } from '../platform';
 import { authenticateRequest, CallerState } from '../auth/caller';
 import { ApiError } from './errors';
+import { refuseHostileJson } from './hostile-input';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
+/**
+ * Refuses a body over MAX_BODY_BYTES with 413, and tells the client the
+ * connection ends with it (`Connection: close`): the unread rest of the body
+ * is still on the wire, and the Node host closes such a socket shortly after
+ * answering, so a client that kept it alive would send its next request into
+ * a dead connection.
+ */
 export const limitBody = (): MiddlewareHandler<AppEnv> =>
   bodyLimit({
     maxSize: MAX_BODY_BYTES,
-    onError: () => {
+    onError: (c) => {
+      c.header('Connection', 'close');
       throw new ApiError('payload_too_large', `request body exceeds ${MAX_BODY_BYTES} bytes (1 MiB)`);
     },
   });
@@ -20,26 +29,46 @@ const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
 
 /**
  * Parses a JSON body once, up front, so a malformed one is `invalid_json`
- * (not a schema error) and a body in another media type is refused clearly.
- * The parsed value is cached by Hono for the route's validator.
+ * (not a schema error) and a body in another media type is refused clearly;
+ * the parsed body is then walked for hostile input (./hostile-input.ts).
+ *
+ * No body means no body, whatever the headers say: generic clients send
+ * `Content-Type: application/json` on every request, DELETEs included. A
+ * zero-byte body is treated as absent: the request is replaced by one without
+ * a body or content type, so the route's own schema decides (an optional
+ * body is `{}`, a required one is 400 validation_failed).
  */
 export const parseJsonBody = (): MiddlewareHandler<AppEnv> => async (c, next) => {
   if (c.req.method === 'GET' || c.req.method === 'HEAD' || c.req.method === 'OPTIONS' || !c.req.raw.body) {
     return next();
   }
+  const text = await c.req.text();
+  if (text.length === 0) {
+    c.req.raw = withoutBody(c.req.raw);
+    return next();
+  }
   const mediaType = (c.req.header('content-type') ?? '').split(';')[0]!.trim();
   if (!JSON_MEDIA_TYPE.test(mediaType)) {
-    const text = await c.req.text();
-    if (text.length === 0) return next();
     throw new ApiError('unsupported_media_type', 'request bodies must be JSON: send Content-Type: application/json');
   }
+  let parsed: unknown;
   try {
-    await c.req.json();
+    parsed = JSON.parse(text);
   } catch {
     throw new ApiError('invalid_json', 'request body is not valid JSON');
   }
+  refuseHostileJson(parsed);
   return next();
 };
+
+/** The same request with no body and no content headers. */
+function withoutBody(request: Request): Request {
+  const headers = new Headers(request.headers);
+  headers.delete('content-type');
+  headers.delete('content-length');
+  headers.delete('transfer-encoding');
+  return new Request(request.url, { method: request.method, headers, signal: request.signal });
+}
 
 /**
  * Checks the credentials that need no lookup and builds the request's

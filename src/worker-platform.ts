@@ -6,7 +6,18 @@ import * as schema from './db/schema';
 import { createLogger, type Logger, type LogSink } from './logger';
 import { delaySecondsUntil, type DeliveryQueue } from './runs/queue';
 import { encodeSubscription, SUBSCRIPTION_HEADER } from './stream/subscription';
-import { type ChangeStreams, systemClock, type BootstrapMemo, type DatabaseLease, type Platform } from './platform';
+import { rateLimitWindow } from './http/rate-limit';
+import {
+  type ChangeStreams,
+  systemClock,
+  type BootstrapMemo,
+  type Clock,
+  type DatabaseLease,
+  type Platform,
+  type RateLimits,
+  type RateLimitStanding,
+} from './platform';
+import type { RateLimiter } from '../durable-objects/rate-limiter';
 
 /**
  * The Worker's environment: the `[vars]` and secrets of wrangler.toml (all
@@ -14,6 +25,8 @@ import { type ChangeStreams, systemClock, type BootstrapMemo, type DatabaseLease
  */
 export interface WorkerEnv {
   ENVIRONMENT_STREAM: DurableObjectNamespace;
+  /** One Durable Object per rate-limit key (durable-objects/rate-limiter.ts). */
+  RATE_LIMITER: DurableObjectNamespace<RateLimiter>;
   DELIVERIES: Queue;
   DATABASE_URL?: string;
   QUEUE_DRIVER?: string;
@@ -35,7 +48,9 @@ const bootstrap: BootstrapMemo = { closed: false };
 /**
  * Worker host wiring. Throws ConfigError (naming variables, never values)
  * when the environment cannot serve: the Worker has no embedded database, so
- * DATABASE_URL is required, and deliveries go through Cloudflare Queues.
+ * DATABASE_URL is required, deliveries go through Cloudflare Queues, and
+ * API_BASE_URL is required (callback URLs are built from it, never from a
+ * request's Host header).
  */
 export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSink } = {}): Platform {
   const variables = stringVariables(env);
@@ -43,7 +58,7 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
   const problems: ConfigError['problems'] = [];
   let config: Config | undefined;
   try {
-    config = loadConfig(variables);
+    config = loadConfig(variables, { apiBaseUrlRequired: 'on the Cloudflare Worker host (wrangler.toml [vars])' });
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     problems.push(...error.problems);
@@ -88,6 +103,7 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
         deliveryQueue(env).send({ runId: job.runId, attempt: job.attempt }, { delaySeconds: delaySecondsUntil(job.runAt, new Date()) }),
     },
     changes: environmentStreams(env),
+    rateLimits: rateLimiterObjects(env, systemClock),
     executionContext: true,
   };
 }
@@ -113,6 +129,42 @@ function environmentStreams(env: WorkerEnv): ChangeStreams {
         headers: { [SUBSCRIPTION_HEADER]: encodeSubscription(request) },
       });
       return new Response(response.body, response);
+    },
+  };
+}
+
+const MAX_SPENT_BUDGETS = 10_000;
+
+/**
+ * Rate limits on the Worker: one Durable Object per key, so the count holds
+ * across isolates and locations (docs/decisions.md, Rate limits). The client
+ * address is CF-Connecting-IP, which Cloudflare sets on every request.
+ */
+function rateLimiterObjects(env: WorkerEnv, clock: Clock): RateLimits {
+  // spent budgets this platform (built once per isolate) has seen, until their windows end: refused again with no call
+  const spentBudgets = new Map<string, RateLimitStanding>();
+  return {
+    clientAddress: (c) => c.req.header('cf-connecting-ip'),
+    async hit(key, limit) {
+      const { start, end } = rateLimitWindow(key, clock.now().getTime());
+      const result = await env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).hit(limit, start, end);
+      const standing = { allowed: result.allowed, remaining: Math.max(0, limit - result.count), resetAt: result.end };
+      if (standing.remaining === 0) {
+        if (spentBudgets.size >= MAX_SPENT_BUDGETS) {
+          const now = clock.now().getTime();
+          for (const [spent, { resetAt }] of spentBudgets) if (resetAt <= now) spentBudgets.delete(spent);
+          if (spentBudgets.size >= MAX_SPENT_BUDGETS) spentBudgets.clear();
+        }
+        spentBudgets.set(key, standing);
+      }
+      return standing;
+    },
+    peek(key) {
+      const spent = spentBudgets.get(key);
+      if (!spent) return undefined;
+      if (spent.resetAt > clock.now().getTime()) return { ...spent, allowed: false };
+      spentBudgets.delete(key);
+      return undefined;
     },
   };
 }

@@ -2,7 +2,7 @@ import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
 import type { Db } from '../db/client';
-import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Platform } from '../platform';
+import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Platform, type RateLimits } from '../platform';
 import { ChangeHub, type HubOptions } from '../stream/hub';
 import { openSseResponse } from '../stream/sse-response';
 import { openSseOnSocket } from './sse-socket';
@@ -13,6 +13,7 @@ import { guardedFetch } from './outbound-fetch';
 import { resolveHost } from './resolve-host';
 import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
 import { loadOrCreateLocalSecrets } from './local-secrets';
+import { NodeRateLimits } from './rate-limit-store';
 
 export interface NodePlatform {
   platform: Platform;
@@ -43,7 +44,9 @@ export async function createNodePlatform(
     effectiveEnv.ENCRYPTION_KEY ||= local.ENCRYPTION_KEY;
     effectiveEnv.AUTH_SECRET ||= local.AUTH_SECRET;
   }
-  const config: Config = loadConfig(effectiveEnv);
+  // self-hosting (DATABASE_URL) must say where it is reached; the embedded default is reached where it listens
+  const loaded = loadConfig(effectiveEnv, embedded ? {} : { apiBaseUrlRequired: 'when DATABASE_URL is set (self-hosting)' });
+  const config: Config = { ...loaded, apiBaseUrl: loaded.apiBaseUrl ?? listeningUrl(env.HOST, loaded.port) };
   if (config.queueDriver !== 'pg') {
     throw new Error('QUEUE_DRIVER=cloudflare needs the Cloudflare Worker host; the Node host uses "pg"');
   }
@@ -59,11 +62,14 @@ export async function createNodePlatform(
     await database.close();
     throw error;
   }
+  // several instances may serve one Postgres database: their counts meet there; PGlite is one process
+  const rateLimits = new NodeRateLimits({ clock: systemClock, logger, shared: database.kind === 'postgres' ? { db: database.db } : undefined });
   const { platform, jobs, hub } = platformWithJobRunner({
     config,
     logger,
     db: database.db,
     namedStatements: await serverIsPostgres(database),
+    rateLimits,
   });
   return {
     platform,
@@ -74,9 +80,21 @@ export async function createNodePlatform(
     close: async () => {
       hub.close();
       await jobs.stop();
+      await rateLimits.close();
       await database.close();
     },
   };
+}
+
+/**
+ * The URL the Node host serves on (HOST, default 127.0.0.1, and PORT), as
+ * startServer logs it. Without DATABASE_URL it is also the default
+ * API_BASE_URL, so callback URLs never come from a request's Host header; a
+ * wildcard HOST (0.0.0.0, ::) becomes the loopback address of its family.
+ */
+export function listeningUrl(host: string | undefined, port: number): string {
+  const reachable = !host ? '127.0.0.1' : host === '0.0.0.0' ? '127.0.0.1' : host === '::' ? '::1' : host;
+  return `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
 }
 
 /**
@@ -101,6 +119,8 @@ export function platformOnSharedDatabase(options: {
   namedStatements?: boolean;
   deliveries?: DeliveryScheduler;
   changes?: ChangeStreams;
+  /** Default: counted in process only. */
+  rateLimits?: RateLimits;
 }): Platform {
   return {
     config: options.config,
@@ -111,6 +131,7 @@ export function platformOnSharedDatabase(options: {
     namedStatements: options.namedStatements ?? false,
     deliveries: options.deliveries ?? { schedule: async () => {} },
     changes: options.changes ?? noChangeStreams,
+    rateLimits: options.rateLimits ?? new NodeRateLimits({ clock: options.clock ?? systemClock, logger: options.logger }),
     executionContext: false,
   };
 }

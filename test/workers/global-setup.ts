@@ -17,6 +17,10 @@ export interface WorkerTestBindings {
   QUEUE_DRIVER: 'cloudflare';
   /** The scripted receiver's host:port, so the outbound guard lets deliveries reach it on loopback. */
   OUTBOUND_ALLOWED_HOSTS: string;
+  /** Required on the Worker; the origin the tests address the Worker by (any origin reaches `exports.default.fetch`). */
+  API_BASE_URL: string;
+  /** Far above what any file sends; rate-limit.test.ts builds its platform with a small one. */
+  RATE_LIMIT_PER_MINUTE: string;
 }
 
 /** A tenant with an owner token, seeded in the database for the tests that are not about bootstrap mode. */
@@ -66,6 +70,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
       AUTH_SECRET: randomBytes(48).toString('base64url'),
       QUEUE_DRIVER: 'cloudflare',
       OUTBOUND_ALLOWED_HOSTS: receiver.host,
+      API_BASE_URL: 'http://cellplane.test',
+      RATE_LIMIT_PER_MINUTE: '1000000',
     });
     return teardown;
   } catch (error) {

@@ -88,6 +88,12 @@ const ConfigSchema = z.object({
     .min(1, { message: 'expects an integer from 1 to 60' })
     .max(60, { message: 'expects an integer from 1 to 60' })
     .default(10),
+  // the Node host's stop (src/node/server.ts, docs/decisions.md "Node host lifecycle")
+  SHUTDOWN_GRACE_SECONDS: z.coerce
+    .number({ message: 'expects a number of seconds from 0 to 300' })
+    .min(0, { message: 'expects a number of seconds from 0 to 300' })
+    .max(300, { message: 'expects a number of seconds from 0 to 300' })
+    .default(5),
   DELIVERY_LEASE_SECONDS: z.coerce
     .number({ message: 'expects a whole number of seconds' })
     .int({ message: 'expects a whole number of seconds' })
@@ -119,6 +125,8 @@ export interface Config {
   deliveryAttemptTimeoutMs: number;
   /** How long a worker holds a delivery job: always longer than an attempt can take. */
   deliveryLeaseMs: number;
+  /** How long the Node host's stop waits for requests and deliveries in flight before cutting them off. */
+  shutdownGraceMs: number;
   version: string;
 }
 
@@ -211,6 +219,7 @@ export function loadConfig(env: Env, options: LoadConfigOptions = {}): Config {
     logLevel: c.LOG_LEVEL,
     deliveryAttemptTimeoutMs: c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS * 1000,
     deliveryLeaseMs: leaseSeconds * 1000,
+    shutdownGraceMs: Math.round(c.SHUTDOWN_GRACE_SECONDS * 1000),
     version: VERSION,
   };
 }

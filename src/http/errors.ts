@@ -6,6 +6,8 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
  */
 export const ERROR_STATUS = {
   validation_failed: 400,
+  /** Answered by the Node host for a request its HTTP parser refuses (src/node/client-errors.ts). */
+  malformed_request: 400,
   invalid_json: 400,
   environment_not_found: 400,
   default_environment_protected: 400,
@@ -36,6 +38,8 @@ export const ERROR_STATUS = {
   unsupported_media_type: 415,
   idempotency_key_reused: 422,
   rate_limited: 429,
+  /** Answered by the Node host for a request head over 16 KiB (src/node/client-errors.ts). */
+  headers_too_large: 431,
   internal: 500,
   not_implemented: 501,
   codehost_not_configured: 503,

@@ -32,6 +32,8 @@ export class JobRunner {
   #polling: Promise<void> | undefined;
   #pollAgain = false;
   #running = false;
+  /** Aborts the requests of the attempts in flight when a stop's grace period is over. */
+  #abort = new AbortController();
 
   constructor(engine: RunEngine, options: Partial<JobRunnerOptions> = {}) {
     this.#engine = engine;
@@ -41,6 +43,7 @@ export class JobRunner {
   start(): void {
     if (this.#running) return;
     this.#running = true;
+    if (this.#abort.signal.aborted) this.#abort = new AbortController();
     this.#pollTimer = setInterval(() => this.nudge(), this.#options.pollIntervalMs);
     this.#reapTimer = setInterval(() => void this.reap(), this.#options.reapIntervalMs);
     this.nudge();
@@ -84,15 +87,35 @@ export class JobRunner {
     }
   }
 
-  /** Stops taking jobs and waits for the attempts in flight to be recorded. */
-  async stop(): Promise<void> {
+  /**
+   * Stops taking jobs and waits for the attempts in flight to be recorded,
+   * for up to `graceMs`; then aborts the requests of those still waiting on
+   * their receivers. An aborted attempt is not recorded and its job's lease
+   * is handed back (src/runs/delivery.ts, abandon): whichever worker polls
+   * next, this host after a restart or another on the same database, makes
+   * the same attempt again. Resolves with how many attempts were aborted.
+   */
+  async stop(graceMs = Number.POSITIVE_INFINITY): Promise<number> {
     this.#running = false;
     clearInterval(this.#pollTimer);
     clearInterval(this.#reapTimer);
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     await this.#polling;
+    const settled = Promise.all([...this.#inFlight]).then(() => true);
+    if (!Number.isFinite(graceMs)) {
+      await settled;
+      return 0;
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const graceOver = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), graceMs)));
+    const inTime = await Promise.race([settled, graceOver]);
+    clearTimeout(timer);
+    if (inTime) return 0;
+    const aborted = this.#inFlight.size;
+    this.#abort.abort();
     await Promise.all([...this.#inFlight]);
+    return aborted;
   }
 
   #poll(): Promise<void> {
@@ -132,7 +155,7 @@ export class JobRunner {
   }
 
   #track(job: Parameters<typeof runDeliveryAttempt>[1]): void {
-    const attempt = runDeliveryAttempt(this.#engine, job).then(
+    const attempt = runDeliveryAttempt(this.#engine, job, { signal: this.#abort.signal }).then(
       (result) => {
         if (result.kind === 'retry') this.#wakeAt(result.runAt);
       },

@@ -23,7 +23,10 @@ import type { z } from '@hono/zod-openapi';
  * Nothing is written between taking the job and recording the outcome, and
  * no transaction is open during the HTTP call. A process that dies in
  * between leaves its lease to run out; the job is then taken up again and
- * the attempt repeated, with the same `webhook-id` (at least once).
+ * the attempt repeated, with the same `webhook-id` (at least once). A host
+ * that stops cleanly aborts the request of an attempt still waiting on its
+ * receiver (`signal`): nothing is recorded either, and the lease is handed
+ * back at once (docs/decisions.md, "Node host lifecycle").
  */
 
 export type DeliveryJob = typeof deliveryJobs.$inferSelect;
@@ -38,7 +41,18 @@ export type AttemptResult =
   /** The run was no longer pending (cancelled, completed, reaped): the job was dropped unsent. */
   | { kind: 'skipped' }
   /** Another worker holds the job, or it moved on (a stale queue message). */
-  | { kind: 'not-claimed' };
+  | { kind: 'not-claimed' }
+  /** The host is stopping: the request was aborted, nothing recorded, the lease handed back; the same attempt runs again. */
+  | { kind: 'abandoned' };
+
+export interface AttemptOptions {
+  /**
+   * Aborts the attempt's HTTP request (the host is stopping). The attempt is
+   * then not recorded, so it does not count against `retry.maxAttempts`: its
+   * receiver never answered, exactly as when the process dies mid-attempt.
+   */
+  signal?: AbortSignal;
+}
 
 /** Node: up to `limit` due jobs that no live worker holds, leased to the caller. */
 export async function claimDueJobs(engine: RunEngine, limit: number): Promise<DeliveryJob[]> {
@@ -94,6 +108,9 @@ export const callbackUrl = (run: Pick<RunRow, 'callbackBaseUrl' | 'orgId' | 'pro
 
 /** Thrown while preparing an attempt: the run fails with this message, not retried. */
 class Undeliverable extends Error {}
+
+/** Thrown when the attempt's request was aborted through AttemptOptions.signal. */
+class Abandoned extends Error {}
 
 interface PreparedAttempt {
   trigger: InterpolatedWebhookTrigger;
@@ -193,7 +210,7 @@ interface Sent {
   latencyMs: number;
 }
 
-async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: string): Promise<Sent> {
+async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: string, options: AttemptOptions): Promise<Sent> {
   const started = performance.now();
   const elapsed = () => Math.round(performance.now() - started);
   const verdict = await checkOutboundUrl(prepared.trigger.url, {
@@ -218,13 +235,14 @@ async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: str
     // used: the HTTP client quotes the offending header value, often a secret.
     throw new Undeliverable(`the request could not be built: ${unbuildableReason(error)}`);
   }
+  const timeout = AbortSignal.timeout(engine.attemptTimeoutMs);
   try {
     const response = await engine.fetch(request.url, {
       method: request.method,
       headers: request.headers,
       body: request.body,
       redirect: 'manual',
-      signal: AbortSignal.timeout(engine.attemptTimeoutMs),
+      signal: options.signal ? AbortSignal.any([timeout, options.signal]) : timeout,
     });
     // the body is not read: only the status counts, and a receiver may echo what it was sent
     await response.body?.cancel().catch(() => {});
@@ -235,6 +253,7 @@ async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: str
     else if (status >= 400) problem = `the receiver answered HTTP ${status}`;
     return { outcome, httpStatus: status, problem, latencyMs: elapsed() };
   } catch (error) {
+    if (options.signal?.aborted) throw new Abandoned();
     // the host's connection-time guard (src/node/outbound-fetch.ts) refused the address the name resolved to now
     const cause = error instanceof Error ? (error.cause as { code?: string; message?: string } | undefined) : undefined;
     if (cause?.code === 'EADDRNOTPUBLIC') throw new Undeliverable(`refused to call the webhook URL: ${cause.message}`);
@@ -247,8 +266,8 @@ async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: str
   }
 }
 
-/** Performs the leased job's attempt and records its outcome. */
-export async function runDeliveryAttempt(engine: RunEngine, job: DeliveryJob): Promise<AttemptResult> {
+/** Performs the leased job's attempt and records its outcome (or, aborted, hands the job back unrecorded). */
+export async function runDeliveryAttempt(engine: RunEngine, job: DeliveryJob, options: AttemptOptions = {}): Promise<AttemptResult> {
   const [run] = await engine.db.select().from(actionRuns).where(eq(actionRuns.id, job.runId)).limit(1);
   if (!run || run.status !== 'pending') {
     await engine.db.delete(deliveryJobs).where(and(eq(deliveryJobs.runId, job.runId), eq(deliveryJobs.attempt, job.attempt)));
@@ -260,8 +279,9 @@ export async function runDeliveryAttempt(engine: RunEngine, job: DeliveryJob): P
   try {
     const prepared = await prepareAttempt(engine, run);
     secrets = prepared.secrets;
-    sent = await send(engine, prepared, run.id);
+    sent = await send(engine, prepared, run.id, options);
   } catch (error) {
+    if (error instanceof Abandoned) return abandon(engine, job);
     if (!(error instanceof Undeliverable)) throw error;
     return recordOutcome(engine, run, job, {
       startedAt,
@@ -293,6 +313,28 @@ export async function runDeliveryAttempt(engine: RunEngine, job: DeliveryJob): P
       ? `${DELIVERY_PREFIX} gave up after ${job.attempt} attempt${job.attempt === 1 ? '' : 's'}; the last one: ${problem}`
       : `${DELIVERY_PREFIX} ${problem} (not retried)`;
   return recordOutcome(engine, run, job, { startedAt, latencyMs: sent.latencyMs, httpStatus: sent.httpStatus, outcome: 'failed', problem, runError });
+}
+
+/**
+ * An attempt aborted by a stopping host: no attempt row, the job unchanged
+ * but for its lease, which is handed back (when it is still this worker's)
+ * so that the next worker need not wait for it to run out. The same attempt
+ * is made again, under the same webhook-id: the receiver may have seen the
+ * aborted request (at least once).
+ */
+async function abandon(engine: RunEngine, job: DeliveryJob): Promise<AttemptResult> {
+  await engine.db
+    .update(deliveryJobs)
+    .set({ leaseUntil: null })
+    .where(
+      and(
+        eq(deliveryJobs.runId, job.runId),
+        eq(deliveryJobs.attempt, job.attempt),
+        job.leaseUntil ? eq(deliveryJobs.leaseUntil, job.leaseUntil) : isNull(deliveryJobs.leaseUntil),
+      ),
+    );
+  engine.logger.info('delivery attempt abandoned: the host is stopping; it is made again later', { runId: job.runId, attempt: job.attempt });
+  return { kind: 'abandoned' };
 }
 
 type Outcome = {

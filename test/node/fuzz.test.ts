@@ -267,7 +267,7 @@ describe('fuzzing every operation of the OpenAPI document', () => {
           const errorsBefore = errorLines();
           let status: number;
           let text: string;
-          /** Node's HTTP parser answered (a request head over 16 KiB is 431): the app never saw the request. */
+          /** Node's HTTP parser refused it (a request head over 16 KiB is 431): the app never saw the request. */
           let refusedByParser = false;
           if (fuzz.overHttp) {
             stats.overHttp++;
@@ -276,7 +276,9 @@ describe('fuzzing every operation of the OpenAPI document', () => {
             count(status);
             refusedByParser = response.headers['x-request-id'] === undefined;
             if (refusedByParser) {
+              // answered in the error shape too (src/node/client-errors.ts), and the connection ends
               expect({ status, connection: response.headers.connection }, where).toEqual({ status: 431, connection: 'close' });
+              expect(JSON.parse(text), where).toEqual({ error: expect.any(String), code: 'headers_too_large' });
             }
             // a 413 leaves the body unread on the wire: the server must end the connection, and say so
             if (status === 413) expect(response.headers.connection, where).toBe('close');

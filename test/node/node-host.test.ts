@@ -58,9 +58,9 @@ function expectNoSecrets(output: string, extra: string[]): void {
 }
 
 describe('npm start (the Node host as a process)', () => {
-  it('serves from an embedded database with generated local secrets, and stops cleanly on SIGTERM', async () => {
+  it('`npm start` serves from an embedded database with generated local secrets, and stops cleanly on SIGTERM sent to npm', async () => {
     const dataDir = tempDir();
-    const server = await startServerProcess({ CELLPLANE_DATA_DIR: dataDir });
+    const server = await startServerProcess({ CELLPLANE_DATA_DIR: dataDir }, { npm: true });
     const health = await json(await fetch(`${server.url}/healthz`));
     expect(health).toEqual({ status: 200, body: { status: 'ok', version: '0.1.0' } });
     const tokens = await exercise(server);
@@ -96,7 +96,8 @@ describe('npm start (the Node host as a process)', () => {
     // trust authentication ignores the password; the logs must not show it either way
     url.password = 'database-password-never-logged';
     try {
-      const server = await startServerProcess({ DATABASE_URL: url.toString(), ...SECRETS });
+      // with DATABASE_URL, API_BASE_URL is required (docs/decisions.md, Outbound URLs and the callback base)
+      const server = await startServerProcess({ DATABASE_URL: url.toString(), API_BASE_URL: 'https://cellplane.example.com', ...SECRETS });
       expect(server.output()).toContain('postgres (DATABASE_URL)');
       const tokens = await exercise(server);
       expect(await server.stop()).toBe(0);
@@ -109,6 +110,7 @@ describe('npm start (the Node host as a process)', () => {
   it('fails to start on an unreachable DATABASE_URL without printing it', async () => {
     const { code, output } = await runFailingStart({
       DATABASE_URL: 'postgres://cellplane:unreachable-db-password@127.0.0.1:9/cellplane',
+      API_BASE_URL: 'https://cellplane.example.com',
       ...SECRETS,
     });
     expect(code).toBe(1);
@@ -129,5 +131,11 @@ describe('npm start (the Node host as a process)', () => {
     expect(output).toContain('QUEUE_DRIVER');
     expect(output).not.toContain('not-hex-secret-material');
     expect(output).not.toContain('too-short-secret');
+  });
+
+  it('fails to start on a bad SHUTDOWN_GRACE_SECONDS, naming it and what it expects', async () => {
+    const { code, output } = await runFailingStart({ CELLPLANE_DATA_DIR: tempDir(), SHUTDOWN_GRACE_SECONDS: 'soon' });
+    expect(code).toBe(1);
+    expect(output).toContain('SHUTDOWN_GRACE_SECONDS: expects a number of seconds from 0 to 300');
   });
 });

@@ -1,22 +1,22 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, usingPostgres } from '../support/node-database';
-import { freePort } from '../support/node-process';
+import { freePort, startServerProcess } from '../support/node-process';
 import { startReceiver, type Receiver } from '../support/receiver';
 
 /**
  * The outbox under a crash: the real server process is SIGKILLed with a
  * delivery in flight, or right after its 202s, and started again on the same
  * database. Every accepted run is delivered (at least once, under its
- * `webhook-id`); none is lost. Embedded PGlite in a data directory by
- * default; with TEST_DATABASE_URL, a fresh database on that server.
+ * `webhook-id`); none is lost. And under a clean stop: SIGTERM to `npm start`
+ * ends the server within its grace period though a receiver hangs and an
+ * upload is half sent; the aborted attempt is made again after the restart.
+ * Embedded PGlite in a data directory by default; with TEST_DATABASE_URL, a
+ * fresh database on that server.
  */
-
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 const SECRETS = {
   ENCRYPTION_KEY: '5eed'.repeat(16),
@@ -28,10 +28,14 @@ interface Session {
   cleanup(): Promise<void>;
 }
 
-/** The environment of every process of one test: the same database, a 1 s attempt timeout, a 2 s lease. */
+/** The environment of every process of one test: the same database and port, a 1 s attempt timeout, a 2 s lease. */
 async function newSession(receivers: Receiver[]): Promise<Session> {
+  // one port for every process of the session, so that API_BASE_URL is right for each
+  const port = await freePort();
   const tuning = {
     ...SECRETS,
+    PORT: String(port),
+    API_BASE_URL: `http://127.0.0.1:${port}`,
     OUTBOUND_ALLOWED_HOSTS: receivers.map((receiver) => receiver.host).join(','),
     DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '1',
     DELIVERY_LEASE_SECONDS: '2',
@@ -44,7 +48,7 @@ async function newSession(receivers: Receiver[]): Promise<Session> {
   return { env: { ...tuning, CELLPLANE_DATA_DIR: dataDir }, cleanup: async () => rmSync(dataDir, { recursive: true, force: true }) };
 }
 
-async function call(host: Host, token: string | undefined, method: string, path: string, body?: unknown): Promise<any> {
+async function call(host: Pick<Host, 'url'>, token: string | undefined, method: string, path: string, body?: unknown): Promise<any> {
   const response = await fetch(`${host.url}${path}`, {
     method,
     headers: {
@@ -89,7 +93,7 @@ async function setUp(host: Host, actions: Record<string, Receiver>): Promise<str
   return token;
 }
 
-function client(host: Host, token: string) {
+function client(host: Pick<Host, 'url'>, token: string) {
   const createEntity = (name: string) =>
     expectStatus(201, call(host, token, 'POST', '/acme/p/envs/default/entities', { kind: 'Entity', entityType: 'vm', name }));
   return {
@@ -120,34 +124,42 @@ interface Host {
   output(): string;
 }
 
-/**
- * The server entry as ONE process (`node --import tsx`), so that SIGKILL
- * reaches the server itself: startServerProcess spawns the tsx CLI, which
- * runs the server as a child and cannot relay a SIGKILL to it.
- */
+/** The server entry as one process (`npm start`'s command), SIGKILLed by `kill`. */
 async function startHost(env: Record<string, string>): Promise<Host> {
-  const port = String(await freePort());
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/node/server.ts'], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', ...env, PORT: port },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout!.on('data', (chunk) => (output += chunk));
-  child.stderr!.on('data', (chunk) => (output += chunk));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  await eventually(async () => {
-    if (child.exitCode !== null) throw new Error(`the server exited at start (${child.exitCode}):\n${output}`);
-    return output.includes('cellplane listening') ? true : undefined;
-  }, 90_000);
+  const server = await startServerProcess(env);
   return {
-    url: `http://127.0.0.1:${port}`,
-    output: () => output,
+    url: server.url,
+    output: server.output,
     kill: async () => {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await exited;
+      await server.stop('SIGKILL');
     },
   };
+}
+
+/** Rejects when `promise` has not settled within `ms`: a bounded wait, for what must happen and otherwise hangs. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)));
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * An entity create whose body never finishes: the headers announce 200
+ * bytes, 12 are sent, and the socket stays open. Resolves once the server
+ * has the request (a request on another connection was answered since).
+ */
+async function halfSentUpload(url: string, token: string): Promise<{ closed: Promise<void> }> {
+  const { hostname, port } = new URL(url);
+  const socket = connect(Number(port), hostname);
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  socket.on('error', () => {});
+  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+  socket.write(
+    `POST /acme/p/envs/default/entities HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${token}\r\n` +
+      'Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{"kind":"Ent',
+  );
+  expect((await fetch(`${url}/healthz`)).status).toBe(200);
+  return { closed };
 }
 
 describe('runs across a SIGKILL of the Node host', () => {
@@ -215,4 +227,45 @@ describe('runs across a SIGKILL of the Node host', () => {
     // every run at least once, and nothing under another name
     expect(new Set(ids)).toEqual(new Set(runIds));
   });
+
+  it(
+    'SIGTERM to `npm start` with a delivery held and an upload half sent: the server exits 0 within its grace period; after a restart the aborted attempt is made again, same webhook-id, still attempt 1',
+    { timeout: 90_000 },
+    async () => {
+      await host?.kill();
+      host = undefined;
+      const graceMs = 2000;
+      // a 10 s attempt timeout and a 60 s lease: only the abort can end the attempt in time, only the lease handed back lets the restart take it up soon
+      const server = await startServerProcess(
+        { ...session.env, DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '10', DELIVERY_LEASE_SECONDS: '60', SHUTDOWN_GRACE_SECONDS: String(graceMs / 1000) },
+        { npm: true },
+      );
+      holding.script({ hang: true }, { status: 200 });
+      const before = holding.requests.length;
+      const runId = await client(server, token).trigger('term-1', 'hold');
+      await holding.waitForRequests(before + 1);
+      const upload = await halfSentUpload(server.url, token);
+
+      // to npm, not to the server: npm has to relay it
+      const code = await within(server.stop('SIGTERM'), graceMs + 6000, 'the server exit after SIGTERM');
+      expect(code, server.output()).toBe(0);
+      await within(upload.closed, 1000, 'the upload connection closing');
+      expect(server.output()).toContain('"msg":"stopped","abortedAttempts":1');
+      expect(server.output()).not.toContain('"outcome":"retry"');
+
+      host = await startHost(session.env);
+      const api = client(host, token);
+      const run = await eventually(async () => {
+        const current = await api.run(runId);
+        return current.status === 'pending' ? undefined : current;
+      });
+      expect(run).toMatchObject({ status: 'running', error: null });
+      // the aborted attempt was not recorded: it did not count against maxAttempts
+      expect(run.attempts).toMatchObject([{ attempt: 1, outcome: 'delivered', httpStatus: 200 }]);
+      const sent = holding.requests.slice(before);
+      expect(sent.map((request) => request.headers['webhook-id'])).toEqual([runId, runId]);
+      // the upload never completed: nothing was created
+      expect((await call(host, token, 'GET', '/acme/p/envs/default/entities/Ent')).status).toBe(404);
+    },
+  );
 });

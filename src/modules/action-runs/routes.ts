@@ -39,7 +39,7 @@ actionRunRoutes.openapi(
       params.name,
       params.actionName,
       body,
-      { idempotencyKey: headers['idempotency-key'], origin: new URL(c.req.url).origin },
+      { idempotencyKey: headers['idempotency-key'] },
     );
     c.header('Location', runPath(params, run.id));
     if (replayed) c.header('Idempotent-Replayed', 'true');

@@ -123,12 +123,6 @@ function callbackBase(ctx: ServiceContext): string {
 
 export interface TriggerOptions {
   idempotencyKey?: string;
-  /**
-   * The origin the trigger request reached. Not used: the callback base is
-   * API_BASE_URL only, never a request's Host header (docs/decisions.md,
-   * Outbound URLs and the callback base).
-   */
-  origin?: string;
 }
 
 /**

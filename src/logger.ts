@@ -62,8 +62,8 @@ export function createLogger(options: {
 
   const write = (level: LogLevel, message: string, fields?: LogFields) => {
     if (LEVELS[level] < threshold) return;
-    const record = { level, time: new Date().toISOString(), msg: message, ...redactFields(fields ?? {}) };
-    sink(scrub(JSON.stringify(record, errorReplacer)), level);
+    const record = { level, time: new Date().toISOString(), msg: message, ...fields };
+    sink(scrub(JSON.stringify(record, logReplacer)), level);
   };
 
   return {
@@ -74,17 +74,137 @@ export function createLogger(options: {
   };
 }
 
-function redactFields(fields: LogFields): LogFields {
-  const out: LogFields = {};
-  for (const [key, value] of Object.entries(fields)) {
-    out[key] = isSensitiveKey(key) ? '[redacted]' : value;
-  }
-  return out;
+/**
+ * Every value of the record passes here: a sensitive field name is redacted
+ * at any depth (`{ trigger: { auth: { password } } }` too), and an error
+ * becomes the bounded, parameter-free shape of `serializeError`.
+ */
+function logReplacer(key: string, value: unknown): unknown {
+  if (key !== '' && isSensitiveKey(key)) return '[redacted]';
+  if (value instanceof Error) return serializeError(value);
+  return value;
 }
 
-function errorReplacer(_key: string, value: unknown): unknown {
-  if (value instanceof Error) {
-    return { name: value.name, message: value.message, stack: value.stack };
-  }
-  return value;
+/** How much of an error a log line keeps: the whole line stays within a few KiB however deep the chain. */
+export const ERROR_LOG_LIMITS = {
+  /** Errors per line: the error, its causes and aggregated errors together. */
+  errors: 5,
+  /** Characters of text (messages, statements, frames, names) per line, shared by the whole chain, outermost first. */
+  totalChars: 8000,
+  messageChars: 500,
+  statementChars: 2000,
+  /** Stack frames of the outermost error; each cause keeps fewer (its frames are mostly driver internals). */
+  frames: 8,
+  causeFrames: 3,
+  frameChars: 200,
+} as const;
+
+/**
+ * Fields of a database error (pg's and PGlite's `DatabaseError`, Neon's) or a
+ * system error that name things, never hold row values. Everything else is
+ * dropped: `params`, and pg's `detail` (`Key (name)=(value) already exists`),
+ * `where` (`unnamed portal parameter $1 = '…'`, `JSON data, line 1: …`),
+ * `hint`, `internalQuery`, and any field a library adds later.
+ */
+const SHAPE_FIELDS = ['code', 'severity', 'constraint', 'table', 'column', 'schema', 'dataType', 'routine', 'syscall', 'errno', 'address', 'port'] as const;
+
+/**
+ * SQLSTATE classes whose messages name only things (constraints, relations,
+ * columns, statement tokens). Every other class, above all 22 (data exception:
+ * `invalid input syntax for type uuid: "<the value>"`) and P0 (raised by a
+ * function), may quote a row value, so their quoted text is masked.
+ */
+const SHAPE_ONLY_CLASSES = new Set(['08', '0A', '23', '25', '28', '3D', '3F', '40', '42', '53', '54', '55', '57', '58', 'XX']);
+
+type SerializedError = Record<string, unknown>;
+
+/**
+ * An error as a log line may carry it: the shape of what failed, never the
+ * values it failed on. A failed statement keeps its SQLSTATE, the names of
+ * the constraint, table and column, and its text with `$1` placeholders;
+ * drizzle's `params: …` tail, PGlite's `.params` and pg's `detail`/`where`
+ * are gone. Causes are walked (bounded), stacks keep their first frames.
+ */
+export function serializeError(error: Error): SerializedError {
+  const params = new Set<string>();
+  let budget: number = ERROR_LOG_LIMITS.errors;
+  let chars: number = ERROR_LOG_LIMITS.totalChars;
+  const take = (text: string, limit: number) => {
+    const kept = bound(text, Math.max(0, Math.min(limit, chars)));
+    chars -= Math.min(text.length, limit);
+    return kept;
+  };
+  // a parameter may be quoted by any error of the chain, whichever error carries `.params`
+  const collectParams = (value: unknown, depth: number) => {
+    if (!(value instanceof Error) || depth >= ERROR_LOG_LIMITS.errors) return;
+    const carried = (value as { params?: unknown }).params;
+    if (Array.isArray(carried)) for (const param of carried) if (typeof param === 'string' && param.length >= 6) params.add(param);
+    collectParams(value.cause, depth + 1);
+  };
+  collectParams(error, 0);
+
+  const serialize = (value: Error, frames: number, parentStatement?: string): SerializedError => {
+    budget -= 1;
+    const fields = value as unknown as Record<string, unknown>;
+    const out: SerializedError = { name: take(errorName(value), 100) };
+    const sqlState = typeof fields.code === 'string' && typeof fields.severity === 'string' ? fields.code : undefined;
+    const statement = typeof fields.query === 'string' ? fields.query : undefined;
+    let message = shapeOfMessage(String(value.message), sqlState, params);
+    // drizzle repeats the statement in its message: it is kept once, below
+    if (statement && message.includes(statement)) message = message.split(statement).join('[statement]');
+    out.message = take(message, ERROR_LOG_LIMITS.messageChars);
+    for (const field of SHAPE_FIELDS) {
+      const shape = fields[field];
+      if (typeof shape === 'string' || typeof shape === 'number') out[field] = typeof shape === 'string' ? take(shape, 100) : shape;
+    }
+    if (statement !== undefined && statement !== parentStatement) out.statement = take(statement, ERROR_LOG_LIMITS.statementChars);
+    const stack = stackFrames(value.stack, frames);
+    if (stack && chars > 0) out.stack = take(stack, ERROR_LOG_LIMITS.frames * ERROR_LOG_LIMITS.frameChars);
+    if (value.cause instanceof Error && budget > 0) out.cause = serialize(value.cause, ERROR_LOG_LIMITS.causeFrames, statement ?? parentStatement);
+    else if (value.cause !== undefined && !(value.cause instanceof Error)) out.cause = `[${typeof value.cause}]`;
+    const aggregated = (fields as { errors?: unknown }).errors;
+    if (Array.isArray(aggregated)) {
+      const errors = aggregated.filter((item): item is Error => item instanceof Error);
+      const kept: SerializedError[] = [];
+      for (const item of errors) {
+        if (budget <= 0) break;
+        kept.push(serialize(item, ERROR_LOG_LIMITS.causeFrames, statement ?? parentStatement));
+      }
+      if (kept.length > 0) out.errors = kept;
+      if (errors.length > kept.length) out.errorsOmitted = errors.length - kept.length;
+    }
+    return out;
+  };
+  return serialize(error, ERROR_LOG_LIMITS.frames);
+}
+
+/** drizzle's `DrizzleQueryError` keeps the name `Error`, pg's `DatabaseError` the protocol's `error`: the class says more. */
+function errorName(error: Error): string {
+  const type = error.constructor?.name;
+  const generic = error.name === 'Error' || error.name === 'error';
+  return generic && typeof type === 'string' && type.length > 3 ? type : error.name;
+}
+
+function shapeOfMessage(message: string, sqlState: string | undefined, params: Set<string>): string {
+  // drizzle: `Failed query: <sql>\nparams: <every parameter>`; a wrapper may have copied it into its own message
+  let shape = message.replace(/\nparams: [\s\S]*$/, '');
+  for (const param of params) if (shape.includes(param)) shape = shape.split(param).join('[param]');
+  // a quoted row value, however many quotes the value itself holds
+  if (sqlState !== undefined && !SHAPE_ONLY_CLASSES.has(sqlState.slice(0, 2))) shape = shape.replace(/"[\s\S]*"/, '"[value]"');
+  return shape;
+}
+
+/** The frames only: a stack's first lines repeat the message, which is already shaped. */
+function stackFrames(stack: string | undefined, count: number): string | undefined {
+  if (!stack) return undefined;
+  const frames = stack
+    .split('\n')
+    .filter((line) => /^\s+at /.test(line))
+    .slice(0, count)
+    .map((line) => bound(line.trim(), ERROR_LOG_LIMITS.frameChars));
+  return frames.length > 0 ? frames.join('\n') : undefined;
+}
+
+function bound(text: string, limit: number): string {
+  return text.length <= limit ? text : `${text.slice(0, limit)}…[${text.length - limit} more chars]`;
 }

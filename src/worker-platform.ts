@@ -205,9 +205,8 @@ function openRequestPool(connectionString: string, logger: Logger): DatabaseLeas
     if (open.size === 0) allClosed?.();
   });
   // an idle connection dropped by the server must not surface as an unhandled error
-  pool.on('error', (error: { message?: unknown }) =>
-    logger.warn('database connection lost', { reason: String(error?.message ?? error) }),
-  );
+  // through the logger's error serializer, like every other error: its message is bounded and cleaned
+  pool.on('error', (error: unknown) => logger.warn('database connection lost', { error }));
   const db = drizzle({ client: pool, schema }) as unknown as Db;
 
   const release = async () => {

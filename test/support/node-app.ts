@@ -1,3 +1,4 @@
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve, type ServerType } from '@hono/node-server';
 import { createApp } from '../../src/app';
@@ -6,15 +7,26 @@ import { loadConfig } from '../../src/config';
 import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
 import type { JobRunner, JobRunnerOptions } from '../../src/node/job-runner';
+import { answerClientErrors } from '../../src/node/client-errors';
 import { platformWithJobRunner } from '../../src/node/platform';
+import { NodeRateLimits } from '../../src/node/rate-limit-store';
 import type { RunEngine } from '../../src/runs/engine';
-import type { Clock, Platform } from '../../src/platform';
+import { systemClock, type Clock, type Platform } from '../../src/platform';
 import { createTestDatabase, usingPostgres, type TestDatabase } from './node-database';
+import { SecretScan } from './secret-scan';
 
+/** The base of callback URLs in tests: hosts refuse to start without API_BASE_URL (docs/decisions.md, Outbound URLs). */
+export const TEST_API_BASE_URL = 'http://cellplane.test';
+
+/** The variables every test host needs (the two secrets, and API_BASE_URL; `options.env` overrides them). */
 export const TEST_SECRETS = {
   ENCRYPTION_KEY: 'a3f1c2e4b5d6978877665544332211009f8e7d6c5b4a39281706f5e4d3c2b1a0',
   AUTH_SECRET: 'test-auth-secret-0123456789abcdefghijklmnop',
+  API_BASE_URL: TEST_API_BASE_URL,
 };
+
+/** The limit createTestApi sets unless a test sets RATE_LIMIT_PER_MINUTE itself: far above what any suite sends. */
+export const TEST_RATE_LIMIT_PER_MINUTE = '1000000';
 
 export interface ApiResponse<T = any> {
   status: number;
@@ -44,8 +56,12 @@ export interface TestApi {
   testDatabase: TestDatabase;
   /** Every log line the app wrote. */
   logs: string[];
+  /** The secrets this api's traffic carried; `close()` fails if any reached a log line or a response that should not hold it. */
+  secretScan: SecretScan;
   /** How many times a request leased the database. */
   databaseLeases(): number;
+  /** The rate limiter; `sync()` pushes and reads the shared counts (with `sharedRateLimits`). */
+  rateLimits: NodeRateLimits;
   call<T = any>(method: string, path: string, options?: CallOptions): Promise<ApiResponse<T>>;
   close(): Promise<void>;
 }
@@ -60,11 +76,16 @@ export async function createTestApi(
     hub?: Partial<HubOptions>;
     /** Another api's database, shared (a second app instance); it is dropped by its owner, not by this api. */
     database?: TestDatabase;
+    /** Count through `rate_limit_counters`, as a Node host on Postgres does; tests sync by hand (`rateLimits.sync()`). */
+    sharedRateLimits?: boolean;
   } = {},
 ): Promise<TestApi> {
   const testDatabase = options.database ?? (await createTestDatabase());
-  const config = loadConfig({ ...TEST_SECRETS, ...(options.env ?? {}) });
+  // suites make hundreds of requests a minute per token; the rate-limit tests set their own limit
+  const config = loadConfig({ ...TEST_SECRETS, RATE_LIMIT_PER_MINUTE: TEST_RATE_LIMIT_PER_MINUTE, ...(options.env ?? {}) });
   const logs: string[] = [];
+  const secretScan = new SecretScan();
+  secretScan.registerConfig({ TEST_DATABASE_URL: process.env.TEST_DATABASE_URL, ...TEST_SECRETS, ...(options.env ?? {}) });
   const logger = createLogger({
     level: 'debug',
     secrets: [config.encryptionKey, config.authSecret],
@@ -72,6 +93,12 @@ export async function createTestApi(
   });
   let leases = 0;
   const db = testDatabase.database.db;
+  // the timer never fires within a test (an hour); syncs happen where the test calls them
+  const rateLimits = new NodeRateLimits({
+    clock: options.clock ?? systemClock,
+    logger,
+    shared: options.sharedRateLimits ? { db, intervalMs: 3_600_000 } : undefined,
+  });
   // named statements exactly where a host would use them: on a real Postgres server
   const { platform: shared, engine, jobs, hub } = platformWithJobRunner({
     config,
@@ -82,6 +109,7 @@ export async function createTestApi(
     engine: options.engine,
     runner: options.runner,
     hub: options.hub,
+    rateLimits,
   });
   const platform: Platform = {
     ...shared,
@@ -101,7 +129,9 @@ export async function createTestApi(
     async listen() {
       if (!server) {
         server = await new Promise<ServerType>((resolve) => {
-          const s = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s));
+          const s = serve({ fetch: scannedFetch(app.fetch, secretScan), port: 0, hostname: '127.0.0.1' }, () => resolve(s));
+          // as the Node host does: a request the HTTP parser refuses is answered in the error shape
+          answerClientErrors(s as Server);
         });
       }
       return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -109,7 +139,9 @@ export async function createTestApi(
     db,
     testDatabase,
     logs,
+    secretScan,
     databaseLeases: () => leases,
+    rateLimits,
     async call(method, path, { token, body, rawBody, headers = {} } = {}) {
       const init: RequestInit = { method, headers: { ...headers } };
       if (token !== undefined) (init.headers as Record<string, string>).authorization = `Bearer ${token}`;
@@ -117,6 +149,8 @@ export async function createTestApi(
         init.body = rawBody ?? JSON.stringify(body);
         (init.headers as Record<string, string>)['content-type'] ??= 'application/json';
       }
+      const authorization = Object.entries(init.headers as Record<string, string>).find(([name]) => name.toLowerCase() === 'authorization')?.[1];
+      const sequence = secretScan.observeRequest({ method, path, authorization, body: jsonOrUndefined(init.body) });
       const response = await app.request(path, init);
       const text = await response.text();
       let parsed: unknown = text;
@@ -125,6 +159,7 @@ export async function createTestApi(
       } catch {
         // not JSON (the docs page): keep the text
       }
+      secretScan.observeResponse(sequence, { method, path, text, body: parsed });
       return { status: response.status, body: parsed as any, headers: response.headers };
     },
     close: async () => {
@@ -134,8 +169,36 @@ export async function createTestApi(
         await new Promise<void>((resolve) => closing.close(() => resolve()));
       }
       await jobs.stop();
+      await rateLimits.close();
       if (!options.database) await testDatabase.drop();
+      secretScan.scanLines(logs, 'log line');
+      secretScan.assertClean(`createTestApi, ${secretScan.stats().requests} requests`);
     },
+  };
+}
+
+const jsonOrUndefined = (text: unknown) => {
+  if (typeof text !== 'string') return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+};
+
+/** The app's fetch with the secret scan watching: tokens and credentials sent, and every JSON response (streams are not read). */
+function scannedFetch(fetch: (request: Request, env?: unknown) => Response | Promise<Response>, scan: SecretScan) {
+  return async (request: Request, env?: unknown): Promise<Response> => {
+    const path = new URL(request.url).pathname;
+    const json = request.headers.get('content-type')?.includes('application/json') ?? false;
+    const body = json && request.body ? jsonOrUndefined(await request.clone().text()) : undefined;
+    const sequence = scan.observeRequest({ method: request.method, path, authorization: request.headers.get('authorization'), body });
+    const response = await fetch(request, env);
+    if (response.headers.get('content-type')?.includes('application/json')) {
+      const text = await response.clone().text();
+      scan.observeResponse(sequence, { method: request.method, path, text, body: jsonOrUndefined(text) });
+    }
+    return response;
   };
 }
 

@@ -1,9 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { assertNoSecretsIn } from './secret-scan';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const TSX = fileURLToPath(new URL('../../node_modules/.bin/tsx', import.meta.url));
+/** `npm start`'s command (package.json): one process, the server itself, with tsx as its loader. */
+const ENTRY = ['--import', 'tsx', 'src/node/server.ts'];
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -24,14 +26,20 @@ export interface ServerProcess {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Runs `npm start`'s entry (`tsx src/node/server.ts`) with exactly `env` (plus PATH). */
-export async function startServerProcess(env: Record<string, string>): Promise<ServerProcess> {
+/**
+ * Runs `npm start`'s command (`node --import tsx src/node/server.ts`) with
+ * exactly `env` (plus PATH); with `npm: true`, `npm start` itself, so that
+ * `stop` signals npm and the signal has to be relayed to the server.
+ */
+export async function startServerProcess(env: Record<string, string>, options: { npm?: boolean } = {}): Promise<ServerProcess> {
   const port = env.PORT ?? String(await freePort());
-  const child = spawn(TSX, ['src/node/server.ts'], {
+  const [command, args] = options.npm ? ['npm', ['start', '--silent']] : [process.execPath, ENTRY];
+  const child = spawn(command, args, {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', ...env, PORT: port },
+    // with DATABASE_URL the host requires API_BASE_URL: its own address, unless the test says otherwise ('' = unset)
+    env: { PATH: process.env.PATH ?? '', ...(env.DATABASE_URL ? { API_BASE_URL: `http://127.0.0.1:${port}` } : {}), ...env, PORT: port },
     stdio: ['ignore', 'pipe', 'pipe'],
-    // its own process group, so a SIGKILL reaches the server under the tsx CLI too (tsx relays only catchable signals)
+    // its own process group, so a SIGKILL reaches the server under npm too (npm relays only SIGINT and SIGTERM)
     detached: true,
   });
   let output = '';
@@ -43,24 +51,46 @@ export async function startServerProcess(env: Record<string, string>): Promise<S
     if (child.exitCode !== null) throw new Error(`server exited early (${child.exitCode}):\n${output}`);
     return output.includes('cellplane listening');
   }, 60_000);
-  return {
+  const server: ServerProcess = {
     child,
     url,
     output: () => output,
     stop: async (signal = 'SIGTERM') => {
       if (child.exitCode !== null) return exited;
-      if (signal === 'SIGKILL') process.kill(-child.pid!, 'SIGKILL');
-      else child.kill(signal);
-      return exited;
+      if (signal !== 'SIGKILL') {
+        child.kill(signal);
+        return exited;
+      }
+      process.kill(-child.pid!, 'SIGKILL');
+      const code = await exited;
+      // under npm the server is npm's child: wait (bounded) for the whole group to be gone, its port and files with it
+      await waitFor(async () => {
+        try {
+          process.kill(-child.pid!, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      }, 5_000).catch(() => {});
+      return code;
     },
   };
+  // the secret scan: whatever the test, the process never printed a configured secret, a token or a JWT
+  const stop = server.stop;
+  server.stop = async (signal) => {
+    const code = await stop(signal);
+    assertNoSecretsIn(output, env, 'the output of the server process');
+    return code;
+  };
+  return server;
 }
 
 /** Runs the entry expecting it to fail at start; resolves with its exit code and output. */
 export async function runFailingStart(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(TSX, ['src/node/server.ts'], {
+  const child = spawn(process.execPath, ENTRY, {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', PORT: String(await freePort()), ...env },
+    // API_BASE_URL defaults with DATABASE_URL as in startServerProcess, so a start fails on what the test means it to
+    env: { PATH: process.env.PATH ?? '', PORT: String(await freePort()), ...(env.DATABASE_URL ? { API_BASE_URL: 'http://127.0.0.1' } : {}), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -69,6 +99,7 @@ export async function runFailingStart(env: Record<string, string>): Promise<{ co
   const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
   const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
   clearTimeout(timer);
+  assertNoSecretsIn(output, env, 'the output of a failed start');
   return { code, output };
 }
 

@@ -8,7 +8,7 @@ import type { Release, Reply } from '../support/receiver';
 
 /**
  * Delivery under saturation on the Worker host (issue 10): the real queue of
- * wrangler.toml (miniflare's: batches of up to 10, handed to the Worker's
+ * wrangler.toml (miniflare's: batches of up to 5, handed to the Worker's
  * `queue` entry, src/runs/queue.ts consumeDeliveries) with receivers that
  * hold their requests, then a burst of triggers beyond a batch. Every run
  * must still be delivered, and a batch of receivers that never answer must
@@ -29,7 +29,7 @@ const PROJECT = `/${tenant.org}/${tenant.project}`;
 const ENV = `${PROJECT}/envs/default`;
 const TAG = `sat-${Math.random().toString(36).slice(2, 8)}`;
 /** wrangler.toml max_batch_size */
-const BATCH = 10;
+const BATCH = 5;
 
 async function call(method: string, path: string, body?: unknown) {
   const response = await exports.default.fetch(`${BASE}${path}`, {

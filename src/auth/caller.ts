@@ -52,6 +52,8 @@ export function bearerCredential(authorization: string | undefined): string | un
 export async function authenticateRequest(
   deps: { db: () => Db; bootstrap: BootstrapMemo },
   authorization: string | undefined,
+  /** hashServiceToken of this header's token, when the request already computed it (the rate limiter). */
+  knownTokenHash?: string,
 ): Promise<CallerState> {
   if (authorization === undefined) {
     if (!deps.bootstrap.closed) {
@@ -64,7 +66,7 @@ export async function authenticateRequest(
   const token = bearerCredential(authorization);
   if (token === undefined) throw unauthorized('expected Authorization: Bearer <token>');
   if (!isWellFormedServiceToken(token)) throw unauthorized('malformed token');
-  return new CallerState(undefined, hashServiceToken(token));
+  return new CallerState(undefined, knownTokenHash ?? hashServiceToken(token));
 }
 
 /** The token columns a caller is built from; select these wherever a token is joined. */

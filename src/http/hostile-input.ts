@@ -138,6 +138,9 @@ function segmentNames(c: Parameters<MiddlewareHandler<AppEnv>>[0], count: number
  */
 export const refuseHostileUrl = (): MiddlewareHandler<AppEnv> => async (c, next) => {
   const url = c.req.url;
+  // a request URL is serialized by the URL parser, which percent-encodes every
+  // control character and every non-ASCII one: without a `%`, nothing to decode
+  if (!url.includes('%')) return next();
   const pathStart = url.indexOf('/', url.indexOf('://') + 3);
   const queryStart = url.indexOf('?', pathStart);
   const hashStart = url.indexOf('#', pathStart);

@@ -87,7 +87,7 @@ export const requestContext =
     const db = (): Db => (lease ??= platform.openDatabase()).db;
     try {
       const callerState = options.authenticate
-        ? await authenticateRequest({ db, bootstrap: platform.bootstrap }, c.req.header('authorization'))
+        ? await authenticateRequest({ db, bootstrap: platform.bootstrap }, c.req.header('authorization'), c.var.serviceTokenHash)
         : new CallerState(undefined, undefined);
       const services: ServiceContext = {
         get db() {

@@ -80,13 +80,14 @@ const CALLBACK = /^\/[^/]+\/[^/]+\/envs\/[^/]+\/action-runs\/([^/]+)\/callback$/
  * and an address whose failures fill that budget is refused before its next
  * token is looked up.
  */
-export function rateLimitSubject(c: Context, rateLimits: RateLimits): { key: string; failureKey?: string } {
+export function rateLimitSubject(c: Context, rateLimits: RateLimits): { key: string; failureKey?: string; tokenHash?: string } {
   const address = addressPartition(rateLimits.clientAddress(c));
   const callback = c.req.method === 'POST' ? CALLBACK.exec(c.req.path) : null;
   if (callback && UUID.test(callback[1]!)) return { key: `run:${callback[1]!.toLowerCase()}`, failureKey: `fail:${address}` };
   const token = bearerCredential(c.req.header('authorization'));
   if (token !== undefined && isWellFormedServiceToken(token)) {
-    return { key: `tok:${hashServiceToken(token).slice(0, 32)}`, failureKey: `fail:${address}` };
+    const tokenHash = hashServiceToken(token);
+    return { key: `tok:${tokenHash.slice(0, 32)}`, failureKey: `fail:${address}`, tokenHash };
   }
   return { key: `ip:${address}` };
 }
@@ -110,7 +111,9 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
   };
 
   return async (c, next) => {
-    const { key, failureKey } = rateLimitSubject(c, rateLimits);
+    const { key, failureKey, tokenHash } = rateLimitSubject(c, rateLimits);
+    // authentication reads the same header later: it reuses the hash
+    if (tokenHash) c.set('serviceTokenHash', tokenHash);
     // a budget already spent is refused from what this process or isolate saw: no I/O
     const spent = [failureKey, key].map((k) => k && rateLimits.peek(k, limit)).find((s) => s && !s.allowed);
     const standing = spent || (await countOrAdmit(key));

@@ -63,5 +63,7 @@ export type AppEnv = {
      * than hash the same token twice (a SHA-256 in JS costs ~9 µs).
      */
     serviceTokenHash?: string;
+    /** The RateLimit-Policy and RateLimit headers of this request, for responses the context does not build. */
+    rateLimitHeaders?: Record<string, string>;
   };
 };

@@ -119,8 +119,10 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
     const standing = spent || (await countOrAdmit(key));
     // prepared here, they reach every response the context builds, errors included
     const seconds = secondsLeft(standing);
-    c.header('RateLimit-Policy', policy);
-    c.header('RateLimit', describe(standing, seconds));
+    const headers = { 'RateLimit-Policy': policy, RateLimit: describe(standing, seconds) };
+    for (const [name, value] of Object.entries(headers)) c.header(name, value);
+    // for a response written past the context (the Node host's change stream, straight to its socket)
+    c.set('rateLimitHeaders', headers);
     if (!standing.allowed) {
       c.header('Retry-After', String(seconds));
       throw new ApiError('rate_limited', `rate limit of ${limit} requests per minute reached; retry in ${seconds} s`);

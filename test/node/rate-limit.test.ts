@@ -222,6 +222,24 @@ describe('rate limits on the Node host', () => {
     expect(elsewhere.ratelimit).toMatch(/^"default";r=4;t=\d+$/);
   });
 
+  it('puts the headers on the change stream too, which the Node server writes straight to its socket', async () => {
+    const api = await limitedApi();
+    const tenant = await createTenant(api);
+    const token = await mintToken(api, tenant, { role: 'viewer' });
+    const base = await api.listen();
+    const response = await fetch(`${base}/${tenant.org.slug}/${tenant.project.slug}/envs/default/entities/stream`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    try {
+      expect(response.status).toBe(200);
+      expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
+      expect(response.headers.get('ratelimit-policy')).toBe(POLICY);
+      expect(response.headers.get('ratelimit')).toMatch(/^"default";r=\d+;t=\d+$/);
+    } finally {
+      await response.body?.cancel();
+    }
+  });
+
   it('partitions addresses: IPv4 as is, IPv4-mapped IPv6 as IPv4, IPv6 by its /64', () => {
     expect(addressPartition('203.0.113.9')).toBe('203.0.113.9');
     expect(addressPartition('::ffff:203.0.113.9')).toBe('203.0.113.9');

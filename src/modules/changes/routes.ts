@@ -38,7 +38,9 @@ changeRoutes.openapi(
       }
       after = Number(header.trim());
     }
-    return openEntityStream(c.var.services, { org: o, project: p, env: envName }, filters, after, c.env);
+    // a stream written straight to its socket (the Node host) would lose the headers prepared on the context
+    const headers = c.var.rateLimitHeaders ?? {};
+    return openEntityStream(c.var.services, { org: o, project: p, env: envName }, filters, after, { raw: c.env, headers });
   },
 );
 

@@ -25,8 +25,12 @@ export async function openEntityStream(
   ref: EnvRef,
   query: { entityType?: string; cell?: string },
   after: number | null,
-  /** The host's handle of the connection (see ChangeStreams.open). */
-  raw: unknown,
+  connection: {
+    /** The host's handle of the connection (see ChangeStreams.open). */
+    raw: unknown;
+    /** Response headers the request has prepared (the rate limit's), sent with the stream's own. */
+    headers: Record<string, string>;
+  },
 ): Promise<Response> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const filter = await changeFilter(ctx, project.id, query);
@@ -37,7 +41,7 @@ export async function openEntityStream(
     after,
     filter,
     token: caller.kind === 'token' ? { id: caller.tokenId, expiresAt: caller.expiresAt } : null,
-  }, { raw, headers: { 'x-request-id': ctx.requestId } });
+  }, { raw: connection.raw, headers: { ...connection.headers, 'x-request-id': ctx.requestId } });
 }
 
 export async function listChanges(ctx: ServiceContext, ref: EnvRef, query: ChangesQuery): Promise<ChangesPage> {

@@ -1,5 +1,4 @@
 import { DurableObject } from 'cloudflare:workers';
-import type { WorkerEnv } from '../src/worker-platform';
 
 /**
  * One instance per rate-limit key (named by the key, src/http/rate-limit.ts):
@@ -21,7 +20,8 @@ interface Window {
 
 const STORED = 'window';
 
-export class RateLimiter extends DurableObject<WorkerEnv> {
+// it reads no binding: no Env type, and no import back into the Worker's wiring
+export class RateLimiter extends DurableObject {
   #window: Window | undefined;
 
   /** Counts one request in the window [start, end) unless `limit` are counted already; the count after. */

@@ -2,29 +2,10 @@ import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
 import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler } from './platform';
-import type { CallerState } from './auth/caller';
-import type { Role } from './auth/permissions';
+import type { Caller, CallerState } from './auth/caller';
 
-export interface TokenCaller {
-  kind: 'token';
-  tokenId: string;
-  orgId: string;
-  projectId: string;
-  role: Role;
-  /** The environment the token is pinned to, or null for all environments. */
-  envId: string | null;
-  envName: string | null;
-  /** Cell names the token is restricted to; empty means every cell. */
-  cellScopes: string[];
-  expiresAt: Date | null;
-}
-
-/** Bootstrap mode: a fresh deployment with no token minted yet accepts every request. */
-export interface BootstrapCaller {
-  kind: 'bootstrap';
-}
-
-export type Caller = TokenCaller | BootstrapCaller;
+/** Who is calling and what they may do: src/auth/caller.ts (principal and grants, kept apart). */
+export type { Caller };
 
 /** What a service verb receives: everything it may use, nothing of the host. */
 export interface ServiceContext {
@@ -33,8 +14,9 @@ export interface ServiceContext {
   readonly logger: Logger;
   readonly clock: Clock;
   /**
-   * Who is calling. Resolved by the first tenancy lookup (src/auth/access.ts)
-   * or by resolveCaller(); reading it earlier throws.
+   * Who is calling (`caller.principal`) and what they may do
+   * (`caller.grants`). Resolved by the first tenancy lookup
+   * (src/auth/access.ts) or by resolveCaller(); reading it earlier throws.
    */
   readonly caller: Caller;
   readonly callerState: CallerState;

@@ -3,7 +3,8 @@ import type { Caller, ServiceContext } from '../context';
 import type { Queryable } from '../db/client';
 import { environments, orgs, projects, serviceTokens } from '../db/schema';
 import { ApiError, notFound } from '../http/errors';
-import { pinnedEnvName, resolveCaller, tokenCaller, tokenCallerColumns, type CallerState } from './caller';
+import { resolveCaller, tokenCaller, tokenCallerColumns, tokenPrincipalColumns, type CallerState } from './caller';
+import { grantEnvName, tokenGrantColumns } from './grants';
 import { isUuid } from '../modules/names';
 import { ROLES, roleAllows, type Permission, type Role } from './permissions';
 
@@ -31,9 +32,10 @@ const orgMatches = (ref: string): SQL => (isUuid(ref) ? eq(orgs.id, ref) : eq(or
 const projectMatches = (ref: string): SQL => (isUuid(ref) ? eq(projects.id, ref) : eq(projects.slug, ref));
 
 export function requirePermission(caller: Caller, permission: Permission): void {
-  if (caller.kind === 'bootstrap') return;
-  if (!roleAllows(caller.role, permission)) {
-    throw new ApiError('forbidden', `role "${caller.role}" lacks the permission ${permission}`);
+  const { grants } = caller;
+  if (grants.scope === 'unrestricted') return;
+  if (!roleAllows(grants.role, permission)) {
+    throw new ApiError('forbidden', `role "${grants.role}" lacks the permission ${permission}`);
   }
 }
 
@@ -46,9 +48,9 @@ export async function loadOrg(ctx: ServiceContext, ref: string, db: Queryable = 
   const state = ctx.callerState;
   if (!state.resolved) {
     const [row] = await db
-      .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs })
+      .select({ ...tokenCallerColumns, grantEnvName, org: orgs })
       .from(serviceTokens)
-      .innerJoin(orgs, eq(orgs.id, serviceTokens.orgId))
+      .innerJoin(orgs, eq(orgs.id, tokenGrantColumns.grantOrgId))
       .where(and(eq(serviceTokens.tokenHash, state.tokenHash!), isNull(serviceTokens.revokedAt), orgMatches(ref), isNull(orgs.deletedAt)))
       .limit(1);
     if (row) {
@@ -59,7 +61,8 @@ export async function loadOrg(ctx: ServiceContext, ref: string, db: Queryable = 
     await resolveCaller(state, db, ctx.clock);
   }
   const [org] = await db.select().from(orgs).where(and(orgMatches(ref), isNull(orgs.deletedAt))).limit(1);
-  if (!org || (ctx.caller.kind === 'token' && ctx.caller.orgId !== org.id)) throw notFound(`organization "${ref}"`);
+  const { grants } = ctx.caller;
+  if (!org || (grants.scope === 'project' && grants.orgId !== org.id)) throw notFound(`organization "${ref}"`);
   assertNotSuspended(org);
   return org;
 }
@@ -76,9 +79,9 @@ const placeholderMatch = <T extends { id: any; slug: any }>(table: T, byId: bool
 
 function buildTokenTenancyQuery(db: Queryable, orgById: boolean, projectById: boolean, name: string) {
   return db
-    .select({ ...tokenCallerColumns, pinnedEnvName, org: orgs, project: projects, env: environments })
+    .select({ ...tokenCallerColumns, grantEnvName, org: orgs, project: projects, env: environments })
     .from(serviceTokens)
-    .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
+    .innerJoin(projects, eq(projects.id, tokenGrantColumns.grantProjectId))
     .innerJoin(orgs, eq(orgs.id, projects.orgId))
     .leftJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, sql.placeholder('env'))))
     .where(tokenTenancyMatches({ orgById, projectById }))
@@ -151,8 +154,8 @@ async function loadTenancy(
     .leftJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? '')))
     .where(and(orgMatches(ref.org), projectMatches(ref.project), isNull(orgs.deletedAt)))
     .limit(1);
-  const caller = ctx.caller;
-  if (!row || (caller.kind === 'token' && caller.projectId !== row.project.id)) {
+  const { grants } = ctx.caller;
+  if (!row || (grants.scope === 'project' && grants.projectId !== row.project.id)) {
     // same answer whether the project is missing or belongs to someone else
     if (!row) await loadOrg(ctx, ref.org, db);
     throw notFound(`project "${ref.project}"`);
@@ -184,7 +187,7 @@ export async function authorizeProject(
   return found;
 }
 
-/** Environment-scoped access: project access plus the token's environment pin. */
+/** Environment-scoped access: project access plus the grants' environment pin. */
 export async function authorizeEnvironment(
   ctx: ServiceContext,
   ref: EnvRef,
@@ -199,8 +202,9 @@ export async function authorizeEnvironment(
 }
 
 export function assertEnvironmentPin(caller: Caller, env: { id: string; name: string }): void {
-  if (caller.kind === 'token' && caller.envId !== null && caller.envId !== env.id) {
-    throw new ApiError('forbidden', `token is pinned to environment "${caller.envName}"`);
+  const { grants } = caller;
+  if (grants.scope === 'project' && grants.envId !== null && grants.envId !== env.id) {
+    throw new ApiError('forbidden', `token is pinned to environment "${grants.envName}"`);
   }
 }
 
@@ -215,13 +219,15 @@ const rolesWith = (permission: Permission) => ROLES.filter((role) => roleAllows(
  * columns by their alias alone, so each alias is one no table has.
  */
 const plainAccessFields = {
-  tokenId: sql<string>`${serviceTokens.id}`.as('caller_token_id'),
-  tokenOrgId: sql<string>`${serviceTokens.orgId}`.as('caller_token_org_id'),
-  tokenProjectId: sql<string>`${serviceTokens.projectId}`.as('caller_token_project_id'),
-  tokenRole: sql<Role>`${serviceTokens.role}`.as('caller_token_role'),
-  tokenEnvId: sql<string | null>`${serviceTokens.envId}`.as('caller_token_env_id'),
+  tokenId: sql<string>`${tokenPrincipalColumns.tokenId}`.as('caller_token_id'),
+  grantOrgId: sql<string>`${tokenGrantColumns.grantOrgId}`.as('caller_token_org_id'),
+  grantProjectId: sql<string>`${tokenGrantColumns.grantProjectId}`.as('caller_token_project_id'),
+  grantRole: sql<Role>`${tokenGrantColumns.grantRole}`.as('caller_token_role'),
+  grantEnvId: sql<string | null>`${tokenGrantColumns.grantEnvId}`.as('caller_token_env_id'),
   // as a timestamp column maps it; null stays null
-  tokenExpiresAt: (sql`${serviceTokens.expiresAt}`.mapWith(serviceTokens.expiresAt) as SQL<Date | null>).as('caller_token_expires_at'),
+  tokenExpiresAt: (sql`${tokenPrincipalColumns.tokenExpiresAt}`.mapWith(serviceTokens.expiresAt) as SQL<Date | null>).as(
+    'caller_token_expires_at',
+  ),
   orgId: sql<string>`${projects.orgId}`.as('caller_org_id'),
   projectId: sql<string>`${projects.id}`.as('caller_project_id'),
   envId: sql<string>`${environments.id}`.as('caller_env_id'),
@@ -250,7 +256,7 @@ export function plainEnvironmentAccess(db: Queryable, shape: { orgById: boolean;
   return db
     .select(plainAccessFields)
     .from(serviceTokens)
-    .innerJoin(projects, eq(projects.id, serviceTokens.projectId))
+    .innerJoin(projects, eq(projects.id, tokenGrantColumns.grantProjectId))
     .innerJoin(orgs, eq(orgs.id, projects.orgId))
     .innerJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, sql.placeholder('env'))))
     .where(
@@ -258,25 +264,37 @@ export function plainEnvironmentAccess(db: Queryable, shape: { orgById: boolean;
       tokenTenancyMatches(
         shape,
         // tokenCaller: not expired
-        or(isNull(serviceTokens.expiresAt), gt(serviceTokens.expiresAt, sql.placeholder('now'))),
+        or(isNull(tokenPrincipalColumns.tokenExpiresAt), gt(tokenPrincipalColumns.tokenExpiresAt, sql.placeholder('now'))),
         // assertNotSuspended
         isNull(orgs.suspendedAt),
-        // requirePermission
-        inArray(serviceTokens.role, rolesWith(permission)),
-        // assertEnvironmentPin
-        or(isNull(serviceTokens.envId), eq(serviceTokens.envId, environments.id)),
-        // callerCellScope: a scoped token's reads and writes are checked against its cells
-        sql`cardinality(${serviceTokens.cellScopes}) = 0`,
+        // the grants, as the helpers above read them:
+        ...plainGrantConditions(tokenGrantColumns, permission),
       ),
     );
+}
+
+/**
+ * Grants that pass requirePermission, assertEnvironmentPin and
+ * callerCellScope unchanged, as conditions on grant columns (./grants.ts)
+ * in a query that joins `environments` as the path's environment.
+ */
+function plainGrantConditions(grants: typeof tokenGrantColumns, permission: Permission): SQL[] {
+  return [
+    // requirePermission
+    inArray(grants.grantRole, rolesWith(permission)),
+    // assertEnvironmentPin
+    or(isNull(grants.grantEnvId), eq(grants.grantEnvId, environments.id))!,
+    // callerCellScope: scoped grants' reads and writes are checked against their cells
+    sql`cardinality(${grants.grantCellScopes}) = 0`,
+  ];
 }
 
 export type PlainAccessRow = { [K in keyof typeof plainAccessFields]: (typeof plainAccessFields)[K]['_']['type'] };
 
 /** The columns of plainEnvironmentAccess used as a subquery or WITH item named `from`, as a nested selection. */
 export function plainAccessColumns(from: { [K in keyof typeof plainAccessFields]: (typeof plainAccessFields)[K] }) {
-  const { tokenId, tokenOrgId, tokenProjectId, tokenRole, tokenEnvId, tokenExpiresAt, orgId, projectId, envId } = from;
-  return { tokenId, tokenOrgId, tokenProjectId, tokenRole, tokenEnvId, tokenExpiresAt, orgId, projectId, envId };
+  const { tokenId, grantOrgId, grantProjectId, grantRole, grantEnvId, tokenExpiresAt, orgId, projectId, envId } = from;
+  return { tokenId, grantOrgId, grantProjectId, grantRole, grantEnvId, tokenExpiresAt, orgId, projectId, envId };
 }
 
 /** Settles the caller of a request plainEnvironmentAccess matched, from the columns it selected. */
@@ -290,9 +308,9 @@ export function settlePlainCaller(
     tokenCaller(
       {
         ...row,
-        // plainEnvironmentAccess matches no cell-scoped token, and a pinned one only in its own environment: the path's
-        tokenCellScopes: [],
-        pinnedEnvName: row.tokenEnvId === null ? null : ref.env,
+        // plainEnvironmentAccess matches no cell-scoped grants, and pinned ones only in their own environment: the path's
+        grantCellScopes: [],
+        grantEnvName: row.grantEnvId === null ? null : ref.env,
       },
       { now: () => now },
     ),

@@ -1,20 +1,26 @@
-import { and, eq, isNull, sql } from 'drizzle-orm';
-import type { Caller, TokenCaller } from '../context';
-import type { Db, Queryable } from '../db/client';
-import { environments, serviceTokens, systemState } from '../db/schema';
+import { and, eq, isNull } from 'drizzle-orm';
+import type { Queryable } from '../db/client';
+import { environments, serviceTokens } from '../db/schema';
 import { ApiError } from '../http/errors';
-import type { BootstrapMemo, Clock } from '../platform';
-import { hashServiceToken, isWellFormedServiceToken } from './service-token';
+import type { Clock } from '../platform';
+import { grantsOf, tokenGrantColumns, type GrantRow, type Grants } from './grants';
+import type { PendingPrincipal, Principal, ServiceTokenPrincipal } from './principal';
+
+/** A request's caller: who is calling (principal) and what they may do (grants), kept apart. */
+export interface Caller {
+  readonly principal: Principal;
+  readonly grants: Grants;
+}
 
 /**
- * Who is calling, resolved at most once per request and as late as possible.
+ * The caller of a request, resolved at most once and as late as possible.
  *
- * The request middleware settles what needs no token lookup: no header
- * (bootstrap mode, or 401) and a malformed header or token (401, before any
- * query). A well-formed token is only hashed there; the first tenancy lookup
- * (src/auth/access.ts) then resolves the token, the organization, the project
- * and the environment in one joined query. Reading `current` before that is a
- * programming error, and says so.
+ * The authenticators (./authenticators.ts) settle what needs no lookup: no
+ * header (bootstrap mode, or 401) and a malformed header or token (401,
+ * before any query). A well-formed token is only hashed there; the first
+ * tenancy lookup (src/auth/access.ts) then resolves the token, its grants,
+ * the organization, the project and the environment in one joined query.
+ * Reading `current` before that is a programming error, and says so.
  */
 export class CallerState {
   #caller: Caller | undefined;
@@ -25,6 +31,10 @@ export class CallerState {
     readonly tokenHash: string | undefined,
   ) {
     this.#caller = caller;
+  }
+
+  static pending(pending: PendingPrincipal): CallerState {
+    return pending.kind === 'settled' ? new CallerState(pending.caller, undefined) : new CallerState(undefined, pending.tokenHash);
   }
 
   get resolved(): boolean {
@@ -48,64 +58,33 @@ export function bearerCredential(authorization: string | undefined): string | un
   return /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
 }
 
-/** The header check that needs no token lookup. */
-export async function authenticateRequest(
-  deps: { db: () => Db; bootstrap: BootstrapMemo },
-  authorization: string | undefined,
-  /** hashServiceToken of this header's token, when the request already computed it (the rate limiter). */
-  knownTokenHash?: string,
-): Promise<CallerState> {
-  if (authorization === undefined) {
-    if (!deps.bootstrap.closed) {
-      const [state] = await deps.db().select().from(systemState).limit(1);
-      if (state && state.bootstrapClosedAt === null) return new CallerState({ kind: 'bootstrap' }, undefined);
-      deps.bootstrap.closed = true;
-    }
-    throw unauthorized('authentication required: send Authorization: Bearer <token>');
-  }
-  const token = bearerCredential(authorization);
-  if (token === undefined) throw unauthorized('expected Authorization: Bearer <token>');
-  if (!isWellFormedServiceToken(token)) throw unauthorized('malformed token');
-  return new CallerState(undefined, knownTokenHash ?? hashServiceToken(token));
-}
-
-/** The token columns a caller is built from; select these wherever a token is joined. */
-export const tokenCallerColumns = {
+/** The columns of a token that say who it is; its grants are tokenGrantColumns. */
+export const tokenPrincipalColumns = {
   tokenId: serviceTokens.id,
-  tokenOrgId: serviceTokens.orgId,
-  tokenProjectId: serviceTokens.projectId,
-  tokenRole: serviceTokens.role,
-  tokenEnvId: serviceTokens.envId,
-  tokenCellScopes: serviceTokens.cellScopes,
   tokenExpiresAt: serviceTokens.expiresAt,
 };
 
-type TokenColumns = { [K in keyof typeof tokenCallerColumns]: (typeof tokenCallerColumns)[K]['_']['data'] | null };
+/** Everything a token caller is built from; select these wherever a token is joined (with grantEnvName). */
+export const tokenCallerColumns = {
+  tokenId: tokenPrincipalColumns.tokenId,
+  ...tokenGrantColumns,
+  tokenExpiresAt: tokenPrincipalColumns.tokenExpiresAt,
+};
+
+type TokenPrincipalRow = { [K in keyof typeof tokenPrincipalColumns]: (typeof tokenPrincipalColumns)[K]['_']['data'] | null };
 
 /** A token row (revoked ones are filtered in the query) → the caller, or 401 when expired. */
-export function tokenCaller(row: TokenColumns & { pinnedEnvName: string | null }, clock: Clock): TokenCaller {
+export function tokenCaller(row: TokenPrincipalRow & GrantRow, clock: Clock): Caller {
   if (row.tokenExpiresAt && row.tokenExpiresAt.getTime() <= clock.now().getTime()) throw unauthorized('token expired');
-  return {
-    kind: 'token',
-    tokenId: row.tokenId!,
-    orgId: row.tokenOrgId!,
-    projectId: row.tokenProjectId!,
-    role: row.tokenRole!,
-    envId: row.tokenEnvId,
-    envName: row.pinnedEnvName,
-    cellScopes: row.tokenCellScopes ?? [],
-    expiresAt: row.tokenExpiresAt,
-  };
+  const principal: ServiceTokenPrincipal = { kind: 'service-token', tokenId: row.tokenId!, expiresAt: row.tokenExpiresAt };
+  return { principal, grants: grantsOf(principal, row) };
 }
-
-/** The name of a token's pinned environment, as a column for queries that join the token. */
-export const pinnedEnvName = sql<string | null>`(select pin.name from environments pin where pin.id = ${serviceTokens.envId})`;
 
 /** Resolves a pending token on its own (routes without a project in their path). */
 export async function resolveCaller(state: CallerState, db: Queryable, clock: Clock): Promise<Caller> {
   if (state.resolved) return state.current;
   const [row] = await db
-    .select({ ...tokenCallerColumns, pinnedEnvName: environments.name })
+    .select({ ...tokenCallerColumns, grantEnvName: environments.name })
     .from(serviceTokens)
     .leftJoin(environments, eq(environments.id, serviceTokens.envId))
     .where(and(eq(serviceTokens.tokenHash, state.tokenHash!), isNull(serviceTokens.revokedAt)))

@@ -3,7 +3,8 @@ import { bodyLimit } from 'hono/body-limit';
 import type { AppEnv, ServiceContext } from '../context';
 import type { Db } from '../db/client';
 import type { DatabaseLease, Platform } from '../platform';
-import { authenticateRequest, CallerState } from '../auth/caller';
+import { authenticateRequest } from '../auth/authenticators';
+import { CallerState } from '../auth/caller';
 import { ApiError } from './errors';
 import { refuseHostileJson } from './hostile-input';
 
@@ -71,8 +72,9 @@ function withoutBody(request: Request): Request {
 }
 
 /**
- * Checks the credentials that need no lookup and builds the request's
- * service context. The database is leased lazily: a request refused on the
+ * Checks the credentials that need no lookup (the authenticators of
+ * src/auth/authenticators.ts, in order) and builds the request's service
+ * context. The database is leased lazily: a request refused on the
  * token's shape or checksum never opens a connection, and the token itself
  * is looked up together with the request's tenancy (src/auth/access.ts).
  */
@@ -87,7 +89,12 @@ export const requestContext =
     const db = (): Db => (lease ??= platform.openDatabase()).db;
     try {
       const callerState = options.authenticate
-        ? await authenticateRequest({ db, bootstrap: platform.bootstrap }, c.req.header('authorization'), c.var.serviceTokenHash)
+        ? await authenticateRequest({
+            header: (name) => c.req.header(name),
+            db,
+            bootstrap: platform.bootstrap,
+            knownTokenHash: c.var.serviceTokenHash,
+          })
         : new CallerState(undefined, undefined);
       const services: ServiceContext = {
         get db() {

@@ -60,7 +60,8 @@ async function withAttempts(db: Queryable, row: RunRow): Promise<ActionRun> {
   return { ...runFields(row), attempts: attempts.map(toAttempt) };
 }
 
-const triggeredBy = (caller: Caller): string => (caller.kind === 'token' ? `token:${caller.tokenId}` : 'bootstrap');
+const triggeredBy = ({ principal }: Caller): string =>
+  principal.kind === 'service-token' ? `token:${principal.tokenId}` : 'bootstrap';
 
 /**
  * JSON with every object's members sorted by name: a client that retries

@@ -84,10 +84,10 @@ export function withDescendants(all: CellRow[], names: string[]): CellRow[] {
  * matches nothing.
  */
 export async function callerCellScope(ctx: ServiceContext, projectId: string, db: Queryable = ctx.db): Promise<SQL | undefined> {
-  const caller = ctx.caller;
-  if (caller.kind !== 'token' || caller.cellScopes.length === 0) return undefined;
+  const { grants } = ctx.caller;
+  if (grants.scope !== 'project' || grants.cellScopes.length === 0) return undefined;
   const projectCells = await db.select().from(cells).where(eq(cells.projectId, projectId));
-  const scoped = withDescendants(projectCells, caller.cellScopes);
+  const scoped = withDescendants(projectCells, grants.cellScopes);
   if (scoped.length === 0) return sql`false`;
   return sql`(${sql.join(scoped.map((cell) => sql`(${cellMembershipCondition(cell)})`), sql` or `)})`;
 }
@@ -138,8 +138,8 @@ export async function entityCells(db: Queryable, projectId: string, entityIds: s
  * change stream) rather than in SQL.
  */
 export async function callerScopeCellNames(ctx: ServiceContext, projectId: string, db: Queryable = ctx.db): Promise<Set<string> | null> {
-  const caller = ctx.caller;
-  if (caller.kind !== 'token' || caller.cellScopes.length === 0) return null;
+  const { grants } = ctx.caller;
+  if (grants.scope !== 'project' || grants.cellScopes.length === 0) return null;
   const projectCells = await db.select().from(cells).where(eq(cells.projectId, projectId));
-  return new Set(withDescendants(projectCells, caller.cellScopes).map((cell) => cell.name));
+  return new Set(withDescendants(projectCells, grants.cellScopes).map((cell) => cell.name));
 }

@@ -34,13 +34,13 @@ export async function openEntityStream(
 ): Promise<Response> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const filter = await changeFilter(ctx, project.id, query);
-  const caller = ctx.caller;
+  const { principal } = ctx.caller;
   return ctx.changes.open({
     envId: env.id,
     projectId: project.id,
     after,
     filter,
-    token: caller.kind === 'token' ? { id: caller.tokenId, expiresAt: caller.expiresAt } : null,
+    token: principal.kind === 'service-token' ? { id: principal.tokenId, expiresAt: principal.expiresAt } : null,
   }, { raw: connection.raw, headers: { ...connection.headers, 'x-request-id': ctx.requestId } });
 }
 

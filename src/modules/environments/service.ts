@@ -17,16 +17,17 @@ const toEnvironment = (env: EnvironmentRow): z.infer<typeof Environment> => ({
 });
 
 function refuseIfPinned(ctx: ServiceContext, action: string): void {
-  if (ctx.caller.kind === 'token' && ctx.caller.envId !== null) {
-    throw new ApiError('forbidden', `a token pinned to environment "${ctx.caller.envName}" cannot ${action}`);
+  const { grants } = ctx.caller;
+  if (grants.scope === 'project' && grants.envId !== null) {
+    throw new ApiError('forbidden', `a token pinned to environment "${grants.envName}" cannot ${action}`);
   }
 }
 
 /** A token pinned to one environment lists only that one. */
 export async function listEnvironments(ctx: ServiceContext, ref: ProjectRef): Promise<z.infer<typeof Environment>[]> {
   const { project } = await authorizeProject(ctx, ref, 'catalog:read');
-  const caller = ctx.caller;
-  const pin = caller.kind === 'token' && caller.envId !== null ? eq(environments.id, caller.envId) : undefined;
+  const { grants } = ctx.caller;
+  const pin = grants.scope === 'project' && grants.envId !== null ? eq(environments.id, grants.envId) : undefined;
   const rows = await ctx.db
     .select()
     .from(environments)

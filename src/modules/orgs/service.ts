@@ -20,8 +20,8 @@ export async function createOrg(
 ): Promise<z.infer<typeof Organization>> {
   // Service tokens belong to one project of one organization: creating
   // another organization is outside any token's scope (docs/decisions.md).
-  const caller = await resolveCaller(ctx.callerState, ctx.db, ctx.clock);
-  if (caller.kind === 'token') {
+  const { principal } = await resolveCaller(ctx.callerState, ctx.db, ctx.clock);
+  if (principal.kind === 'service-token') {
     throw new ApiError(
       'forbidden',
       'service tokens are scoped to one project; creating an organization needs bootstrap mode or a user session',

@@ -25,11 +25,11 @@ const toProject = (project: ProjectRow): z.infer<typeof Project> => ({
 export async function listProjects(ctx: ServiceContext, orgRef: string): Promise<z.infer<typeof Project>[]> {
   const org = await loadOrg(ctx, orgRef);
   requirePermission(ctx.caller, 'catalog:read');
-  const caller = ctx.caller;
+  const { grants } = ctx.caller;
   const rows = await ctx.db.select().from(projects).where(eq(projects.orgId, org.id)).orderBy(asc(projects.slug));
   const visible =
-    caller.kind === 'token' && !roleAllows(caller.role, 'org:manage')
-      ? rows.filter((project) => project.id === caller.projectId)
+    grants.scope === 'project' && !roleAllows(grants.role, 'org:manage')
+      ? rows.filter((project) => project.id === grants.projectId)
       : rows;
   return visible.map(toProject);
 }

@@ -3,7 +3,8 @@ import { and, asc, eq, isNull, sql } from 'drizzle-orm';
 import { authorizeProject, type ProjectRef } from '../../auth/access';
 import { roleCovers, type Role } from '../../auth/permissions';
 import { generateServiceToken, hashServiceToken } from '../../auth/service-token';
-import type { Caller, ServiceContext } from '../../context';
+import type { Grants } from '../../auth/grants';
+import type { ServiceContext } from '../../context';
 import { environments, serviceTokens, systemState } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
@@ -25,25 +26,25 @@ const toServiceToken = (row: TokenRow, envName: string | null): z.infer<typeof S
 const unauthorized = (message: string) => new ApiError('unauthorized', message);
 
 /**
- * What stops `caller` from minting, or revoking, a token of this shape; null
+ * What stops a caller with `grants` from minting, or revoking, a token of this shape; null
  * when nothing does. A token manages only what it could have minted: a role it
  * covers, its own environment when it is pinned (an unpinned token reaches
  * every environment), and cells within its own when it is cell-scoped (an
  * unscoped token reaches every cell). Bootstrap mode holds everything.
  */
 function exceedsCaller(
-  caller: Caller,
+  grants: Grants,
   verb: 'mint' | 'revoke',
   target: { role: Role; envName: string | null; cellScopes: readonly string[] },
 ): string | null {
-  if (caller.kind !== 'token') return null;
-  if (!roleCovers(caller.role, target.role)) return `a "${caller.role}" token cannot ${verb} a "${target.role}" token`;
-  if (caller.envName !== null && target.envName !== caller.envName) {
-    return `a token pinned to "${caller.envName}" can only ${verb} tokens pinned to it`;
+  if (grants.scope !== 'project') return null;
+  if (!roleCovers(grants.role, target.role)) return `a "${grants.role}" token cannot ${verb} a "${target.role}" token`;
+  if (grants.envName !== null && target.envName !== grants.envName) {
+    return `a token pinned to "${grants.envName}" can only ${verb} tokens pinned to it`;
   }
-  if (caller.cellScopes.length > 0) {
+  if (grants.cellScopes.length > 0) {
     if (target.cellScopes.length === 0) return `a cell-scoped token cannot ${verb} a token of every cell`;
-    const outside = target.cellScopes.filter((cell) => !caller.cellScopes.includes(cell));
+    const outside = target.cellScopes.filter((cell) => !grants.cellScopes.includes(cell));
     if (outside.length > 0) return `cells outside the ${verb === 'mint' ? 'minting' : 'revoking'} token's scopes: ${outside.join(', ')}`;
   }
   return null;
@@ -63,7 +64,7 @@ export async function listTokens(ctx: ServiceContext, ref: ProjectRef): Promise<
     .where(and(eq(serviceTokens.projectId, project.id), isNull(serviceTokens.revokedAt)))
     .orderBy(asc(serviceTokens.createdAt), asc(serviceTokens.id));
   return rows
-    .filter((row) => exceedsCaller(ctx.caller, 'revoke', { ...row.token, envName: row.envName }) === null)
+    .filter((row) => exceedsCaller(ctx.caller.grants, 'revoke', { ...row.token, envName: row.envName }) === null)
     .map((row) => toServiceToken(row.token, row.envName));
 }
 
@@ -82,7 +83,7 @@ export async function mintToken(
   input: z.infer<typeof ServiceTokenCreate>,
 ): Promise<z.infer<typeof MintedServiceToken>> {
   const { project } = await authorizeProject(ctx, ref, 'tokens:manage');
-  const caller = ctx.caller;
+  const { principal, grants } = ctx.caller;
   const now = ctx.clock.now();
   const expiresAt = input.expiresAt ? new Date(input.expiresAt) : null;
   if (expiresAt && expiresAt.getTime() <= now.getTime()) {
@@ -92,11 +93,11 @@ export async function mintToken(
   }
   let envName = input.envName ?? null;
   let cellScopes = [...new Set(input.cellScopes ?? [])];
-  if (caller.kind === 'token') {
+  if (grants.scope === 'project') {
     // omitted, the pin and the cell scopes are inherited from the minter
-    if (caller.envName !== null) envName ??= caller.envName;
-    if (caller.cellScopes.length > 0 && cellScopes.length === 0) cellScopes = [...caller.cellScopes];
-    const refusal = exceedsCaller(caller, 'mint', { role: input.role, envName, cellScopes });
+    if (grants.envName !== null) envName ??= grants.envName;
+    if (grants.cellScopes.length > 0 && cellScopes.length === 0) cellScopes = [...grants.cellScopes];
+    const refusal = exceedsCaller(grants, 'mint', { role: input.role, envName, cellScopes });
     if (refusal) throw new ApiError('forbidden', refusal);
   }
 
@@ -104,7 +105,7 @@ export async function mintToken(
   const tokenHash = hashServiceToken(token);
   const row = await ctx.db.transaction(async (tx) => {
     const [state] = await tx.select().from(systemState).for('update');
-    if (caller.kind === 'bootstrap' && state?.bootstrapClosedAt) {
+    if (principal.kind === 'bootstrap' && state?.bootstrapClosedAt) {
       throw unauthorized('bootstrap mode is closed: a token has been minted; authenticate with a token');
     }
     let envId: string | null = null;
@@ -154,7 +155,7 @@ export async function revokeToken(ctx: ServiceContext, ref: ProjectRef, id: stri
     .leftJoin(environments, eq(environments.id, serviceTokens.envId))
     .where(live);
   if (!target) throw notFound(`token "${id}"`);
-  const refusal = exceedsCaller(ctx.caller, 'revoke', target);
+  const refusal = exceedsCaller(ctx.caller.grants, 'revoke', target);
   if (refusal) throw new ApiError('forbidden', refusal);
   const revoked = await ctx.db
     .update(serviceTokens)

@@ -1,0 +1,82 @@
+import type { Db } from '../db/client';
+import type { BootstrapMemo } from '../platform';
+import type { CallbackClaims } from './callback-token';
+import type { Caller } from './caller';
+
+/**
+ * Who is calling, and nothing about what they may do: that is the caller's
+ * grants (./grants.ts). Every request resolves to one principal, found by the
+ * first authenticator of AUTHENTICATORS (./authenticators.ts) that claims the
+ * request; the rest of the app never parses a credential.
+ */
+export type Principal =
+  | ServiceTokenPrincipal
+  | BootstrapPrincipal
+  | UserSessionPrincipal
+  | RunCallbackPrincipal
+  | CodeHostWebhookPrincipal;
+
+/** A service token (SPEC Authentication): looked up together with the request's tenancy. */
+export interface ServiceTokenPrincipal {
+  kind: 'service-token';
+  tokenId: string;
+  expiresAt: Date | null;
+}
+
+/** Bootstrap mode: a fresh deployment with no token minted yet accepts every request. */
+export interface BootstrapPrincipal {
+  kind: 'bootstrap';
+}
+
+/** Declared, not yet produced: a signed-in user. */
+export interface UserSessionPrincipal {
+  kind: 'user-session';
+  userId: string;
+  sessionId: string;
+  expiresAt: Date;
+}
+
+/**
+ * Declared, not yet produced by an authenticator: the run callback still
+ * checks its own token in its route (src/modules/action-runs/routes.ts), and
+ * its claims are this principal.
+ */
+export interface RunCallbackPrincipal extends CallbackClaims {
+  kind: 'run-callback';
+}
+
+/** Declared, not yet produced: a code host's signed webhook delivery. */
+export interface CodeHostWebhookPrincipal {
+  kind: 'codehost-webhook';
+  provider: string;
+  deliveryId: string;
+}
+
+/**
+ * What an authenticator settles from the headers alone. A service token is
+ * only checked for shape and checksum and hashed: the first tenancy lookup
+ * (src/auth/access.ts) resolves it with its grants in the same query. A
+ * principal needing no lookup (bootstrap) comes settled, grants included.
+ */
+export type PendingPrincipal = { kind: 'service-token'; tokenHash: string } | { kind: 'settled'; caller: Caller };
+
+export interface AuthenticationInput {
+  /** A request header by name (case-insensitive); undefined when absent. */
+  header(name: string): string | undefined;
+  /** The request's database, leased on first use. */
+  db(): Db;
+  bootstrap: BootstrapMemo;
+  /** hashServiceToken of the bearer token, when the request already computed it (the rate limiter). */
+  knownTokenHash?: string;
+}
+
+/**
+ * One way of recognising a caller. Returns the pending principal when the
+ * request is its kind, undefined to pass the request to the next one, and
+ * throws ApiError('unauthorized') to refuse it (401) — a credential of its
+ * kind that is wrong is refused, never passed on.
+ */
+export interface Authenticator {
+  readonly name: string;
+  authenticate(input: AuthenticationInput): PendingPrincipal | undefined | Promise<PendingPrincipal | undefined>;
+}

@@ -75,7 +75,10 @@ export interface RateLimitStanding {
 export interface RateLimits {
   /** The client's network address as the host sees it, or undefined when it cannot tell. */
   clientAddress(c: Context): string | undefined;
-  /** Counts one request against `key` unless its window is already full. */
+  /**
+   * Counts one request against `key` unless its window is already full. A
+   * store refuses a budget it has already seen spent without I/O.
+   */
   hit(key: string, limit: number): RateLimitStanding | Promise<RateLimitStanding>;
   /** What this process or isolate last saw of `key` in the current window, with no I/O; undefined when nothing. */
   peek(key: string, limit: number): RateLimitStanding | undefined;

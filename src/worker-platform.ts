@@ -143,9 +143,18 @@ const MAX_SPENT_BUDGETS = 10_000;
 function rateLimiterObjects(env: WorkerEnv, clock: Clock): RateLimits {
   // spent budgets this platform (built once per isolate) has seen, until their windows end: refused again with no call
   const spentBudgets = new Map<string, RateLimitStanding>();
+  const spent = (key: string): RateLimitStanding | undefined => {
+    const standing = spentBudgets.get(key);
+    if (!standing) return undefined;
+    if (standing.resetAt > clock.now().getTime()) return { ...standing, allowed: false };
+    spentBudgets.delete(key);
+    return undefined;
+  };
   return {
     clientAddress: (c) => c.req.header('cf-connecting-ip'),
     async hit(key, limit) {
+      const known = spent(key);
+      if (known) return known;
       const { start, end } = rateLimitWindow(key, clock.now().getTime());
       const result = await env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).hit(limit, start, end);
       const standing = { allowed: result.allowed, remaining: Math.max(0, limit - result.count), resetAt: result.end };
@@ -159,13 +168,7 @@ function rateLimiterObjects(env: WorkerEnv, clock: Clock): RateLimits {
       }
       return standing;
     },
-    peek(key) {
-      const spent = spentBudgets.get(key);
-      if (!spent) return undefined;
-      if (spent.resetAt > clock.now().getTime()) return { ...spent, allowed: false };
-      spentBudgets.delete(key);
-      return undefined;
-    },
+    peek: (key) => spent(key),
   };
 }
 

@@ -86,7 +86,7 @@ export async function resolveCaller(state: CallerState, db: Queryable, clock: Cl
   const [row] = await db
     .select({ ...tokenCallerColumns, grantEnvName: environments.name })
     .from(serviceTokens)
-    .leftJoin(environments, eq(environments.id, serviceTokens.envId))
+    .leftJoin(environments, eq(environments.id, tokenGrantColumns.grantEnvId))
     .where(and(eq(serviceTokens.tokenHash, state.tokenHash!), isNull(serviceTokens.revokedAt)))
     .limit(1);
   if (!row) throw unauthorized('invalid or revoked token');

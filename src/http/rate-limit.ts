@@ -98,7 +98,7 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
   const limit = platform.config.rateLimitPerMinute;
   const policy = `"${POLICY}";q=${limit};w=${RATE_LIMIT_WINDOW_MS / 1000}`;
   const secondsLeft = (standing: RateLimitStanding) => Math.max(1, Math.ceil((standing.resetAt - clock.now().getTime()) / 1000));
-  const describe = (standing: RateLimitStanding, seconds = secondsLeft(standing)) => `"${POLICY}";r=${standing.remaining};t=${seconds}`;
+  const describe = (standing: RateLimitStanding, seconds: number) => `"${POLICY}";r=${standing.remaining};t=${seconds}`;
 
   /** A store that cannot count (a Durable Object unreachable) admits the request: the API stays up, unlimited meanwhile. */
   const countOrAdmit = async (key: string): Promise<RateLimitStanding> => {
@@ -114,9 +114,9 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
     const { key, failureKey, tokenHash } = rateLimitSubject(c, rateLimits);
     // authentication reads the same header later: it reuses the hash
     if (tokenHash) c.set('serviceTokenHash', tokenHash);
-    // a budget already spent is refused from what this process or isolate saw: no I/O
-    const spent = [failureKey, key].map((k) => k && rateLimits.peek(k, limit)).find((s) => s && !s.allowed);
-    const standing = spent || (await countOrAdmit(key));
+    // an address whose failed credentials spent its budget is refused before its next token is looked up: no I/O
+    const failures = failureKey === undefined ? undefined : rateLimits.peek(failureKey, limit);
+    const standing = failures && !failures.allowed ? failures : await countOrAdmit(key);
     // prepared here, they reach every response the context builds, errors included
     const seconds = secondsLeft(standing);
     const headers = { 'RateLimit-Policy': policy, RateLimit: describe(standing, seconds) };
@@ -129,10 +129,7 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
     }
     await next();
     // responses made without the context (a stream's Response) get them now
-    if (!c.res.headers.has('RateLimit')) {
-      c.header('RateLimit-Policy', policy);
-      c.header('RateLimit', describe(standing));
-    }
+    if (!c.res.headers.has('RateLimit')) for (const [name, value] of Object.entries(headers)) c.header(name, value);
     if (failureKey && c.res.status === 401) {
       const counted = Promise.resolve(rateLimits.hit(failureKey, limit)).catch((error: unknown) =>
         platform.logger.warn('could not count a failed credential against its address', { error }),

@@ -20,6 +20,12 @@ interface Counter {
   pending: number;
 }
 
+/** Where a counter stands: whether one more request fits, and how many are left after those counted. */
+function standingOf(counter: Counter, limit: number): RateLimitStanding {
+  const used = counter.synced + counter.pending;
+  return { allowed: used < limit, remaining: Math.max(0, limit - used), resetAt: counter.windowStart + RATE_LIMIT_WINDOW_MS };
+}
+
 /**
  * The Node host's rate limiter. Every request is counted in process, with no
  * I/O: a Map lookup on the hot path.
@@ -72,22 +78,20 @@ export class NodeRateLimits implements RateLimits {
       counter = { windowStart: rateLimitWindow(key, now).start, synced: 0, pending: 0 };
       this.#counters.set(key, counter);
     }
-    const used = counter.synced + counter.pending;
-    const resetAt = counter.windowStart + RATE_LIMIT_WINDOW_MS;
-    if (used >= limit) return { allowed: false, remaining: 0, resetAt };
+    const before = standingOf(counter, limit);
+    if (!before.allowed) return before;
     counter.pending += 1;
     if (this.#shared) {
       this.#dirty.add(key);
       this.#startSyncing();
     }
-    return { allowed: true, remaining: limit - used - 1, resetAt };
+    // admitted: this request is counted, and it may have been the window's last
+    return { ...standingOf(counter, limit), allowed: true };
   }
 
   peek(key: string, limit: number): RateLimitStanding | undefined {
     const counter = this.#current(key, this.#clock.now().getTime());
-    if (!counter) return undefined;
-    const used = counter.synced + counter.pending;
-    return { allowed: used < limit, remaining: Math.max(0, limit - used), resetAt: counter.windowStart + RATE_LIMIT_WINDOW_MS };
+    return counter && standingOf(counter, limit);
   }
 
   /**

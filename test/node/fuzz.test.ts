@@ -6,6 +6,7 @@ import { signCallbackToken } from '../../src/auth/callback-token';
 import { actionRuns } from '../../src/db/schema';
 import { createTenant, seedToken } from '../support/fixtures';
 import { createTestApi } from '../support/node-app';
+import { webhookAction } from '../support/run-fixtures';
 import {
   bodyMutation,
   encodeLoosely,
@@ -80,15 +81,7 @@ const fixtures = await (async () => {
   const relationship = await made('POST', `${env}/relationships`, { relationshipType: 'runs-on', from: 'vm-1', to: 'host-1' });
   await made('POST', `${proj}/cells`, { kind: 'Cell', name: 'cell-a', entityType: 'vm' });
   await made('POST', `${proj}/cells/cell-a/members`, { entityName: 'vm-1', entityTypeName: 'vm' });
-  await made('POST', `${proj}/actions`, {
-    kind: 'Action',
-    name: 'restart',
-    entityType: 'vm',
-    onSuccess: 'running',
-    onFailure: 'failed',
-    parameters: [{ name: 'size', type: 'string', default: 'small' }],
-    trigger: { type: 'webhook', url: 'http://127.0.0.1:9/hooks/{{ entity.name }}', payload: { callbackUrl: '{{ run.callbackUrl }}' } },
-  });
+  await made('POST', `${proj}/actions`, webhookAction('restart', 'http://127.0.0.1:9/hooks/{{ entity.name }}'));
   await made('PUT', `${env}/secrets/db-password`, { value: 's3cr3t' });
   const run = await made('POST', `${env}/entities/vm-1/actions/restart`, {}, 202);
   const doomedToken = await made('POST', `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`, { name: 'doomed', role: 'viewer' });

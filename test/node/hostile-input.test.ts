@@ -6,6 +6,7 @@ import { findHostileJson, MAX_JSON_DEPTH } from '../../src/http/hostile-input';
 import { createTenant, expectError, seedToken, type Tenant } from '../support/fixtures';
 import { createTestApi, type ApiResponse, type TestApi } from '../support/node-app';
 import { wireRequest } from '../support/openapi-fuzz';
+import { webhookAction } from '../support/run-fixtures';
 
 /**
  * Input no route can take is refused at the edge (STYLE 13; docs/decisions.md
@@ -48,15 +49,7 @@ describe('hostile input', () => {
       ],
     });
     await made(`${env}/entities`, { kind: 'Entity', entityType: 'vm', name: 'vm-1' });
-    await made(`${proj}/actions`, {
-      kind: 'Action',
-      name: 'restart',
-      entityType: 'vm',
-      onSuccess: 'running',
-      onFailure: 'failed',
-      parameters: [{ name: 'size', type: 'string', default: 'small' }],
-      trigger: { type: 'webhook', url: 'http://127.0.0.1:9/hooks/{{ entity.name }}' },
-    });
+    await made(`${proj}/actions`, webhookAction('restart', 'http://127.0.0.1:9/hooks/{{ entity.name }}'));
     runId = (await made(`${env}/entities/vm-1/actions/restart`, {}, 202)).id;
   });
   afterAll(() => api.close());

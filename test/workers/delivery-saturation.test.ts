@@ -1,10 +1,9 @@
-import { env, exports } from 'cloudflare:workers';
+import { exports } from 'cloudflare:workers';
 import { inArray } from 'drizzle-orm';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
-import type { Db } from '../../src/db/client';
 import { actionRuns } from '../../src/db/schema';
-import { createWorkerPlatform } from '../../src/worker-platform';
 import type { Release, Reply } from '../support/receiver';
+import { platform, withDb } from './worker-database';
 
 /**
  * Delivery under saturation on the Worker host (issue 10): the real queue of
@@ -62,15 +61,6 @@ const arrivedUnder = async (prefix: string) =>
     .filter((request) => request.url.startsWith(prefix))
     .map((request) => request.headers['webhook-id']!);
 
-const platform = createWorkerPlatform(env);
-async function withDb<T>(work: (db: Db) => Promise<T>): Promise<T> {
-  const lease = platform.openDatabase();
-  try {
-    return await work(lease.db);
-  } finally {
-    await lease.release();
-  }
-}
 const statuses = (runIds: string[]) =>
   withDb(async (db) => db.select({ id: actionRuns.id, status: actionRuns.status }).from(actionRuns).where(inArray(actionRuns.id, runIds)));
 

@@ -2,12 +2,12 @@ import { createExecutionContext, createMessageBatch, createScheduledController, 
 import { env, exports } from 'cloudflare:workers';
 import { and, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
-import type { Db } from '../../src/db/client';
 import { actionRuns, deliveryJobs, entities } from '../../src/db/schema';
 import { delaySecondsUntil, SWEEP_GRACE_MS, type DeliveryMessage } from '../../src/runs/queue';
 import worker from '../../src/worker';
-import { createWorkerPlatform, type WorkerEnv } from '../../src/worker-platform';
+import type { WorkerEnv } from '../../src/worker-platform';
 import type { Reply } from '../support/receiver';
+import { platform, withDb } from './worker-database';
 
 /**
  * The Worker's delivery path in workerd: a trigger through the API, the
@@ -77,16 +77,6 @@ async function receivedFor(entity: string): Promise<Received[]> {
   return all.filter((request) => request.url === `/hooks/${entity}`);
 }
 
-/** The database, on a connection of its own released at once (PGlite takes one session at a time). */
-const platform = createWorkerPlatform(env);
-async function withDb<T>(work: (db: Db) => Promise<T>): Promise<T> {
-  const lease = platform.openDatabase();
-  try {
-    return await work(lease.db);
-  } finally {
-    await lease.release();
-  }
-}
 
 /** The entity's state, read from its row (the entity API has its own tests). */
 const stateOf = (name: string) =>

@@ -211,7 +211,12 @@ describe('hostile input', () => {
   describe('a body over 1 MiB', () => {
     const oversized = JSON.stringify({ name: 'x'.repeat(2 * 1024 * 1024), slug: 'big' });
 
-    it('is answered 413 with Connection: close on a raw keep-alive socket, which the server then closes', async () => {
+    /**
+     * A keep-alive project create on a raw socket, its head sent with `framing`
+     * (how the body's length is told); the body is the caller's to write.
+     * `closed` resolves with everything received once the server closes.
+     */
+    const rawProjectCreate = async (framing: string) => {
       const base = new URL(await api.listen());
       const socket = net.connect(Number(base.port), base.hostname);
       socket.on('error', () => {
@@ -220,14 +225,18 @@ describe('hostile input', () => {
       let received = '';
       socket.setEncoding('latin1');
       socket.on('data', (chunk: string) => (received += chunk));
-      const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      const closed = new Promise<string>((resolve) => socket.once('close', () => resolve(received)));
       socket.write(
         `POST /orgs/${tenant.org.slug}/projects HTTP/1.1\r\nHost: ${base.host}\r\nConnection: keep-alive\r\n` +
-          `Authorization: Bearer ${owner}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(oversized)}\r\n\r\n`,
+          `Authorization: Bearer ${owner}\r\nContent-Type: application/json\r\n${framing}\r\n\r\n`,
       );
+      return { socket, closed };
+    };
+
+    it('is answered 413 with Connection: close on a raw keep-alive socket, which the server then closes', async () => {
+      const { socket, closed } = await rawProjectCreate(`Content-Length: ${Buffer.byteLength(oversized)}`);
       socket.write(oversized);
-      await ended;
-      const [head, body] = received.split('\r\n\r\n');
+      const [head, body] = (await closed).split('\r\n\r\n');
       expect(head).toMatch(/^HTTP\/1\.1 413 /);
       expect(head!.toLowerCase()).toContain('connection: close');
       expect(JSON.parse(body!)).toMatchObject({ code: 'payload_too_large' });
@@ -259,22 +268,11 @@ describe('hostile input', () => {
     });
 
     it('closes the connection too when a body without Content-Length runs over as it streams', async () => {
-      const base = new URL(await api.listen());
-      const socket = net.connect(Number(base.port), base.hostname);
-      socket.on('error', () => {});
-      let received = '';
-      socket.setEncoding('latin1');
-      socket.on('data', (chunk: string) => (received += chunk));
-      const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
-      socket.write(
-        `POST /orgs/${tenant.org.slug}/projects HTTP/1.1\r\nHost: ${base.host}\r\nConnection: keep-alive\r\n` +
-          `Authorization: Bearer ${owner}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`,
-      );
+      const { socket, closed } = await rawProjectCreate('Transfer-Encoding: chunked');
       const chunk = 'x'.repeat(64 * 1024);
       for (let i = 0; i < 20; i++) socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
       socket.write('0\r\n\r\n');
-      await ended;
-      const [head] = received.split('\r\n\r\n');
+      const [head] = (await closed).split('\r\n\r\n');
       expect(head).toMatch(/^HTTP\/1\.1 413 /);
       expect(head!.toLowerCase()).toContain('connection: close');
     });

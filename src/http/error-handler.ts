@@ -12,6 +12,11 @@ import { ApiError } from './errors';
 export const handleError = (logger: Logger) => (err: Error, c: Context<AppEnv>) => {
   const apiError = toApiError(err);
   if (apiError) return c.json(apiError.toBody(), apiError.status);
+  if (clientGone(err, c)) {
+    // not a fault of the server: nobody is left to answer, and nothing was written
+    logger.info('client closed the request before it was read', { requestId: c.var.requestId, method: c.req.method, path: c.req.path });
+    return c.json({ error: 'the client closed the request before it was read', code: 'request_aborted' }, 400);
+  }
   const requestId = c.var.requestId;
   logger.error('unhandled error', { requestId, method: c.req.method, path: c.req.path, error: err });
   return c.json({ error: `internal error (request id ${requestId})`, code: 'internal' }, 500);
@@ -34,4 +39,14 @@ function toApiError(err: Error): ApiError | undefined {
     }
   }
   return undefined;
+}
+
+/**
+ * The client went away while its request was being read: the host aborts the
+ * request's signal, and on Node reading the rest of the body fails with the
+ * incoming message's own `aborted` (ECONNRESET), whichever comes first.
+ */
+function clientGone(err: Error, c: Context<AppEnv>): boolean {
+  if (c.req.raw.signal?.aborted) return true;
+  return (err as { code?: unknown }).code === 'ECONNRESET' && err.message === 'aborted';
 }

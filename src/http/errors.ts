@@ -9,6 +9,8 @@ export const ERROR_STATUS = {
   /** Answered by the Node host for a request its HTTP parser refuses (src/node/client-errors.ts). */
   malformed_request: 400,
   invalid_json: 400,
+  /** The client closed the connection before its request was read: answered to nobody, logged at info. */
+  request_aborted: 400,
   environment_not_found: 400,
   default_environment_protected: 400,
   invalid_state: 400,

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createApp } from '../../src/app';
 import { loadConfig } from '../../src/config';
 import { createLogger } from '../../src/logger';
@@ -87,6 +88,25 @@ describe('HTTP layer', () => {
     const payload = JSON.stringify({ name: 'Under', slug: 'under-limit' });
     const justUnder = payload + ' '.repeat(1024 * 1024 - payload.length - 8);
     expect((await api.call('POST', '/orgs', { rawBody: justUnder })).status).toBe(201);
+  });
+
+  it('takes a client that leaves mid-upload as gone, not as a server fault: nothing written, no error logged, the server serves on', async () => {
+    const base = new URL(await api.listen());
+    const before = api.logs.length;
+    await new Promise<void>((resolve) => {
+      const socket = connect(Number(base.port), base.hostname, () => {
+        socket.write(
+          `POST /orgs HTTP/1.1\r\nHost: ${base.host}\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"name":"Half","slug":"half"`,
+        );
+        setTimeout(() => socket.destroy(), 100);
+      });
+      socket.on('close', () => resolve());
+    });
+    const logged = () => api.logs.slice(before).map((line) => JSON.parse(line) as { level: string; msg: string; path?: string });
+    await vi.waitFor(() => expect(logged().some((line) => line.msg === 'client closed the request before it was read')).toBe(true));
+    expect(logged().filter((line) => line.level === 'error')).toEqual([]);
+    expect((await api.call('GET', '/orgs/half')).status).toBe(404);
+    expect((await fetch(`${base.origin}/healthz`)).status).toBe(200);
   });
 
   it('serves the OpenAPI 3.1 document generated from the routes', async () => {

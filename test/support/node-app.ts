@@ -191,7 +191,9 @@ function scannedFetch(fetch: (request: Request, env?: unknown) => Response | Pro
   return async (request: Request, env?: unknown): Promise<Response> => {
     const path = new URL(request.url).pathname;
     const json = request.headers.get('content-type')?.includes('application/json') ?? false;
-    const body = json && request.body ? jsonOrUndefined(await request.clone().text()) : undefined;
+    // a body the client never finished sending is the app's to answer, not the scan's
+    const sent = json && request.body ? await request.clone().text().catch(() => undefined) : undefined;
+    const body = sent === undefined ? undefined : jsonOrUndefined(sent);
     const sequence = scan.observeRequest({ method: request.method, path, authorization: request.headers.get('authorization'), body });
     const response = await fetch(request, env);
     if (response.headers.get('content-type')?.includes('application/json')) {

@@ -11,6 +11,8 @@ import { refuseHostileUrl } from './http/hostile-input';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
 import { rateLimit } from './http/rate-limit';
 import type { Platform } from './platform';
+import { authHandler } from './auth/auth-routes';
+import { AUTH_BASE_PATH } from './auth/sessions';
 import { actionRunCallbackRoutes, actionRunRoutes, CALLBACK_PATH } from './modules/action-runs/routes';
 import { actionRoutes } from './modules/actions/routes';
 import { cellRoutes } from './modules/cells/routes';
@@ -106,6 +108,9 @@ export function createApp(platform: Platform) {
   callbacks.use(CALLBACK_PATH, refuseHostileUrl(), limitBody(), parseJsonBody(), requestContext(platform, { authenticate: false }));
   callbacks.route('/', actionRunCallbackRoutes);
   app.route('/', callbacks);
+
+  // Better Auth's own routes (sign-up, sign-in, sessions, verification, SSO): it reads its own bodies
+  app.on(['GET', 'POST'], `${AUTH_BASE_PATH}/*`, refuseHostileUrl(), limitBody(), authHandler(platform));
 
   const api = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
   api.use(

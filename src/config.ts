@@ -72,6 +72,10 @@ const ConfigSchema = z.object({
   ).optional(),
   CODEHOST_APP_WEBHOOK_SECRET: secretOf(z.string().min(1)).optional(),
   OUTBOUND_ALLOWED_HOSTS: commaList,
+  SMTP_URL: secretOf(
+    z.string().regex(/^smtps?:\/\//, { message: 'expects an smtp:// or smtps:// URL, e.g. smtp://127.0.0.1:2525' }),
+  ).optional(),
+  MAIL_FROM: z.string().min(3).default('Cellplane <no-reply@cellplane.localhost>'),
   SUPER_ADMIN_EMAILS: commaList,
   RATE_LIMIT_PER_MINUTE: z.coerce
     .number({ message: 'expects a positive integer' })
@@ -118,6 +122,9 @@ export interface Config {
   /** Present only when all four CODEHOST_APP_* variables are set. */
   codehostApp?: { appId: string; appName: string; privateKey: Secret; webhookSecret: Secret };
   outboundAllowedHosts: string[];
+  /** Where the service's own mail goes (DECISIONS §8); unset: the Node host logs each message instead. */
+  smtpUrl?: Secret;
+  mailFrom: string;
   superAdminEmails: string[];
   rateLimitPerMinute: number;
   logLevel: ParsedConfig['LOG_LEVEL'];
@@ -145,6 +152,7 @@ export const SECRET_VARIABLES = [
   'ENCRYPTION_KEY',
   'AUTH_SECRET',
   'CODEHOST_APP_PRIVATE_KEY',
+  'SMTP_URL',
 ] as const;
 
 export const VERSION = '0.1.0';
@@ -214,7 +222,10 @@ export function loadConfig(env: Env, options: LoadConfigOptions = {}): Config {
         }
       : undefined,
     outboundAllowedHosts: c.OUTBOUND_ALLOWED_HOSTS,
-    superAdminEmails: c.SUPER_ADMIN_EMAILS,
+    smtpUrl: c.SMTP_URL,
+    mailFrom: c.MAIL_FROM,
+    // compared with verified addresses, which Better Auth keeps lowercased
+    superAdminEmails: c.SUPER_ADMIN_EMAILS.map((email) => email.toLowerCase()),
     rateLimitPerMinute: c.RATE_LIMIT_PER_MINUTE,
     logLevel: c.LOG_LEVEL,
     deliveryAttemptTimeoutMs: c.DELIVERY_ATTEMPT_TIMEOUT_SECONDS * 1000,

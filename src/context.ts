@@ -1,7 +1,8 @@
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
-import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler } from './platform';
+import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler, Mailer } from './platform';
+import type { Auth } from './auth/sessions';
 import type { Caller, CallerState } from './auth/caller';
 
 /** Who is calling and what they may do: src/auth/caller.ts (principal and grants, kept apart). */
@@ -25,6 +26,9 @@ export interface ServiceContext {
   readonly namedStatements: boolean;
   readonly deliveries: DeliveryScheduler;
   readonly changes: ChangeStreams;
+  readonly mailer: Mailer;
+  /** Better Auth on this request's database (src/auth/sessions.ts), built on first use. */
+  auth(): Auth;
   /**
    * Environments whose change log this request wrote to. Noted inside the
    * writing transaction; published by the request middleware once the

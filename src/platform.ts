@@ -84,6 +84,22 @@ export interface RateLimits {
   peek(key: string, limit: number): RateLimitStanding | undefined;
 }
 
+/** One message of the service's own mail: verification, password reset, invitation links. */
+export interface MailMessage {
+  to: string;
+  subject: string;
+  text: string;
+}
+
+/**
+ * The `mailer` port. Node: SMTP through nodemailer when SMTP_URL is set,
+ * else one log line per message (the embedded local default). A failure
+ * is the caller's to report; nothing retries a message.
+ */
+export interface Mailer {
+  send(message: MailMessage): Promise<void>;
+}
+
 export interface Platform {
   config: Config;
   logger: Logger;
@@ -100,6 +116,7 @@ export interface Platform {
   namedStatements: boolean;
   deliveries: DeliveryScheduler;
   changes: ChangeStreams;
+  mailer: Mailer;
   /** Both hosts set it; a platform without it (one built by hand for a test of something else) limits nothing. */
   rateLimits?: RateLimits;
   /**

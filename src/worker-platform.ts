@@ -13,6 +13,7 @@ import {
   type BootstrapMemo,
   type Clock,
   type DatabaseLease,
+  type Mailer,
   type Platform,
   type RateLimits,
   type RateLimitStanding,
@@ -85,7 +86,7 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
 
   const logger: Logger = createLogger({
     level: config.logLevel,
-    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey],
+    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.smtpUrl],
     sink: options.logSink,
   });
   const connectionString = config.databaseUrl!.reveal();
@@ -103,6 +104,7 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
         deliveryQueue(env).send({ runId: job.runId, attempt: job.attempt }, { delaySeconds: delaySecondsUntil(job.runAt, new Date()) }),
     },
     changes: environmentStreams(env),
+    mailer: workerMailer(logger),
     rateLimits: rateLimiterObjects(env, systemClock),
     executionContext: true,
   };
@@ -250,4 +252,13 @@ function stringVariables(env: WorkerEnv): Record<string, string | undefined> {
     if (typeof value === 'string') out[name] = value;
   }
   return out;
+}
+
+/**
+ * Mail on the Worker: a Worker cannot open an SMTP session through
+ * nodemailer, so each message is written to the log, as the embedded Node
+ * host does without SMTP_URL (docs/decisions.md, Mail).
+ */
+function workerMailer(logger: Logger): Mailer {
+  return { send: async (message) => logger.info('mail not sent (the Worker host has no SMTP): its text follows', { ...message }) };
 }

@@ -4,7 +4,8 @@ import type { Queryable } from '../db/client';
 import { environments, orgs, projects, serviceTokens } from '../db/schema';
 import { ApiError, notFound } from '../http/errors';
 import { resolveCaller, tokenCaller, tokenCallerColumns, tokenPrincipalColumns, type CallerState } from './caller';
-import { grantEnvName, tokenGrantColumns } from './grants';
+import { grantEnvName, tokenGrantColumns, type Grants } from './grants';
+import { settleMembership } from './memberships';
 import { isUuid } from '../modules/names';
 import { ROLES, roleAllows, type Permission, type Role } from './permissions';
 
@@ -46,12 +47,12 @@ function assertNotSuspended(org: OrgRow): void {
 /** An organization by id or slug, visible to the caller and not suspended. */
 export async function loadOrg(ctx: ServiceContext, ref: string, db: Queryable = ctx.db): Promise<OrgRow> {
   const state = ctx.callerState;
-  if (!state.resolved) {
+  if (!state.resolved && state.tokenHash !== undefined) {
     const [row] = await db
       .select({ ...tokenCallerColumns, grantEnvName, org: orgs })
       .from(serviceTokens)
       .innerJoin(orgs, eq(orgs.id, tokenGrantColumns.grantOrgId))
-      .where(and(eq(serviceTokens.tokenHash, state.tokenHash!), isNull(serviceTokens.revokedAt), orgMatches(ref), isNull(orgs.deletedAt)))
+      .where(and(eq(serviceTokens.tokenHash, state.tokenHash), isNull(serviceTokens.revokedAt), orgMatches(ref), isNull(orgs.deletedAt)))
       .limit(1);
     if (row) {
       state.settle(tokenCaller(row, ctx.clock));
@@ -61,11 +62,16 @@ export async function loadOrg(ctx: ServiceContext, ref: string, db: Queryable = 
     await resolveCaller(state, db, ctx.clock);
   }
   const [org] = await db.select().from(orgs).where(and(orgMatches(ref), isNull(orgs.deletedAt))).limit(1);
-  const { grants } = ctx.caller;
-  if (!org || (grants.scope === 'project' && grants.orgId !== org.id)) throw notFound(`organization "${ref}"`);
+  const hidden = () => notFound(`organization "${ref}"`);
+  if (!org) throw hidden();
+  await settleMembership(state, db, org.id, hidden);
+  if (!grantsReachOrg(ctx.caller.grants, org.id)) throw hidden();
   assertNotSuspended(org);
   return org;
 }
+
+/** Whether grants reach into an organization at all (a token: its own; a member: its organization). */
+const grantsReachOrg = (grants: Grants, orgId: string): boolean => grants.scope === 'unrestricted' || grants.orgId === orgId;
 
 interface Tenancy {
   org: OrgRow;
@@ -132,7 +138,7 @@ async function loadTenancy(
   db: Queryable,
 ): Promise<Tenancy> {
   const state = ctx.callerState;
-  if (!state.resolved) {
+  if (!state.resolved && state.tokenHash !== undefined) {
     const [row] = await tokenTenancyQuery(db, isUuid(ref.org), isUuid(ref.project), ctx.namedStatements).execute({
       tokenHash: state.tokenHash!,
       org: ref.org,
@@ -146,7 +152,7 @@ async function loadTenancy(
     }
     await resolveCaller(state, db, ctx.clock);
   }
-  // the slow path: bootstrap mode, or a token the prepared lookup did not match
+  // the slow path: bootstrap mode, a user, or a token the prepared lookup did not match
   const [row] = await db
     .select({ org: orgs, project: projects, env: environments })
     .from(projects)
@@ -154,12 +160,15 @@ async function loadTenancy(
     .leftJoin(environments, and(eq(environments.projectId, projects.id), eq(environments.name, ref.env ?? '')))
     .where(and(orgMatches(ref.org), projectMatches(ref.project), isNull(orgs.deletedAt)))
     .limit(1);
-  const { grants } = ctx.caller;
-  if (!row || (grants.scope === 'project' && grants.projectId !== row.project.id)) {
-    // same answer whether the project is missing or belongs to someone else
-    if (!row) await loadOrg(ctx, ref.org, db);
-    throw notFound(`project "${ref.project}"`);
+  // same answer whether the project is missing or belongs to someone else
+  const hidden = () => notFound(`project "${ref.project}"`);
+  if (!row) {
+    await loadOrg(ctx, ref.org, db);
+    throw hidden();
   }
+  await settleMembership(state, db, row.org.id, hidden);
+  const { grants } = ctx.caller;
+  if (!grantsReachOrg(grants, row.org.id) || (grants.scope === 'project' && grants.projectId !== row.project.id)) throw hidden();
   assertNotSuspended(row.org);
   return row;
 }

@@ -4,7 +4,7 @@ import { environments, serviceTokens } from '../db/schema';
 import { ApiError } from '../http/errors';
 import type { Clock } from '../platform';
 import { grantsOf, tokenGrantColumns, type GrantRow, type Grants } from './grants';
-import type { PendingPrincipal, Principal, ServiceTokenPrincipal } from './principal';
+import type { PendingPrincipal, Principal, ServiceTokenPrincipal, UserSessionPrincipal } from './principal';
 
 /** A request's caller: who is calling (principal) and what they may do (grants), kept apart. */
 export interface Caller {
@@ -29,12 +29,25 @@ export class CallerState {
     caller: Caller | undefined,
     /** SHA-256 of the presented token while it is not yet looked up. */
     readonly tokenHash: string | undefined,
+    /**
+     * A signed-in user, known before its grants: those come from its
+     * membership of the organization the first tenancy lookup finds
+     * (src/auth/memberships.ts).
+     */
+    readonly user?: UserSessionPrincipal,
   ) {
     this.#caller = caller;
   }
 
   static pending(pending: PendingPrincipal): CallerState {
-    return pending.kind === 'settled' ? new CallerState(pending.caller, undefined) : new CallerState(undefined, pending.tokenHash);
+    switch (pending.kind) {
+      case 'settled':
+        return new CallerState(pending.caller, undefined);
+      case 'service-token':
+        return new CallerState(undefined, pending.tokenHash);
+      case 'user-session':
+        return new CallerState(undefined, undefined, pending.principal);
+    }
   }
 
   get resolved(): boolean {
@@ -80,9 +93,19 @@ export function tokenCaller(row: TokenPrincipalRow & GrantRow, clock: Clock): Ca
   return { principal, grants: grantsOf(principal, row) };
 }
 
+/**
+ * Who is calling, without the grants a path's organization would settle:
+ * a pending token is looked up on its own; a user is known already.
+ */
+export async function callerPrincipal(state: CallerState, db: Queryable, clock: Clock): Promise<Principal> {
+  if (state.user) return state.user;
+  return (await resolveCaller(state, db, clock)).principal;
+}
+
 /** Resolves a pending token on its own (routes without a project in their path). */
 export async function resolveCaller(state: CallerState, db: Queryable, clock: Clock): Promise<Caller> {
   if (state.resolved) return state.current;
+  if (state.user) throw new Error("a user's grants come with an organization: use loadOrg or an authorize* helper");
   const [row] = await db
     .select({ ...tokenCallerColumns, grantEnvName: environments.name })
     .from(serviceTokens)

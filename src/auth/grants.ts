@@ -9,7 +9,7 @@ import type { Principal } from './principal';
  * (./access.ts), the one-statement fast paths and the cell-scope filter
  * (src/modules/cells/membership.ts) read grants, never a credential's fields.
  */
-export type Grants = ProjectGrants | UnrestrictedGrants;
+export type Grants = ProjectGrants | OrganizationGrants | UnrestrictedGrants;
 
 /** A role in one project of one organization, narrowed by an environment pin and cell scopes. */
 export interface ProjectGrants {
@@ -21,6 +21,19 @@ export interface ProjectGrants {
   envId: string | null;
   envName: string | null;
   /** Cell names the grants are restricted to; empty means every cell. */
+  cellScopes: string[];
+}
+
+/**
+ * A user's membership: one role in every project of one organization
+ * (DECISIONS §5), with no environment pin and no cell scopes.
+ */
+export interface OrganizationGrants {
+  scope: 'organization';
+  orgId: string;
+  role: Role;
+  envId: null;
+  envName: null;
   cellScopes: string[];
 }
 
@@ -54,16 +67,25 @@ export type GrantRow = { [K in keyof typeof tokenGrantColumns]: (typeof tokenGra
   grantEnvName: string | null;
 };
 
+/** A user's membership of one organization, as src/auth/memberships.ts reads it. */
+export interface MembershipRow {
+  membershipOrgId: string;
+  membershipRole: Role;
+}
+
 /**
  * The one source of grants: what `principal` may do, from the grant columns
  * its lookup selected (none for a principal whose grants need no lookup).
  */
-export function grantsOf(principal: Principal, row?: GrantRow): Grants {
+export function grantsOf(principal: Principal, row?: GrantRow | MembershipRow): Grants {
   switch (principal.kind) {
     case 'bootstrap':
       return UNRESTRICTED;
+    case 'user-session':
+      if (!row || !('membershipRole' in row)) throw new Error('a user has no grants without its membership');
+      return { scope: 'organization', orgId: row.membershipOrgId, role: row.membershipRole, envId: null, envName: null, cellScopes: [] };
     case 'service-token':
-      if (!row) throw new Error('a service token has no grants without its row');
+      if (!row || !('grantRole' in row)) throw new Error('a service token has no grants without its row');
       return {
         scope: 'project',
         orgId: row.grantOrgId!,

@@ -2,6 +2,8 @@ import type { Db } from '../db/client';
 import type { BootstrapMemo } from '../platform';
 import type { CallbackClaims } from './callback-token';
 import type { Caller } from './caller';
+import type { Auth } from './sessions';
+import type { Secret } from '../secret';
 
 /**
  * Who is calling, and nothing about what they may do: that is the caller's
@@ -28,12 +30,23 @@ export interface BootstrapPrincipal {
   kind: 'bootstrap';
 }
 
-/** Declared, not yet produced: a signed-in user. */
+/**
+ * A signed-in user (Better Auth, src/auth/sessions.ts): settled by the
+ * session lookup; its grants come from its organization membership, found by
+ * the tenancy lookup of the organization a path names (./memberships.ts).
+ */
 export interface UserSessionPrincipal {
   kind: 'user-session';
   userId: string;
+  email: string;
+  name: string;
+  emailVerified: boolean;
   sessionId: string;
   expiresAt: Date;
+  /** The SSO provider the session came through; null for email and password. */
+  ssoProviderId: string | null;
+  /** How the session was presented: a cookie is a browser's, and its writes are checked for their origin (CSRF). */
+  via: 'cookie' | 'bearer';
 }
 
 /**
@@ -58,7 +71,10 @@ export interface CodeHostWebhookPrincipal {
  * (src/auth/access.ts) resolves it with its grants in the same query. A
  * principal needing no lookup (bootstrap) comes settled, grants included.
  */
-export type PendingPrincipal = { kind: 'service-token'; tokenHash: string } | { kind: 'settled'; caller: Caller };
+export type PendingPrincipal =
+  | { kind: 'service-token'; tokenHash: string }
+  | { kind: 'user-session'; principal: UserSessionPrincipal }
+  | { kind: 'settled'; caller: Caller };
 
 export interface AuthenticationInput {
   /** A request header by name (case-insensitive); undefined when absent. */
@@ -66,6 +82,10 @@ export interface AuthenticationInput {
   /** The request's database, leased on first use. */
   db(): Db;
   bootstrap: BootstrapMemo;
+  /** Better Auth on the request's database, built on first use. */
+  auth(): Auth;
+  /** AUTH_SECRET: a session Bearer value's signature is checked with it before any lookup. */
+  authSecret: Secret;
   /** hashServiceToken of the bearer token, when the request already computed it (the rate limiter). */
   knownTokenHash?: string;
 }

@@ -19,14 +19,21 @@ export const ERROR_STATUS = {
   invalid_reference: 400,
   unknown_reference: 400,
   outbound_url_refused: 400,
+  /** The last owner of an organization cannot be demoted, removed or leave (SPEC Organizations). */
+  last_owner: 400,
   unauthorized: 401,
   invalid_signature: 401,
   invalid_callback_token: 401,
   forbidden: 403,
   cell_scope_violation: 403,
   org_suspended: 403,
+  /** A member of an organization forcing SSO, signed in another way (DECISIONS §8). */
+  sso_required: 403,
+  /** A cookie-authenticated write from an origin that is neither the API's own nor in TRUSTED_ORIGINS (CSRF). */
+  origin_not_trusted: 403,
   not_found: 404,
   already_exists: 409,
+  installation_claimed: 409,
   still_referenced: 409,
   transition_not_allowed: 409,
   constraint_violation: 409,

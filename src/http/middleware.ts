@@ -2,9 +2,11 @@ import type { MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { AppEnv, ServiceContext } from '../context';
 import type { Db } from '../db/client';
+import type { Config } from '../config';
 import type { DatabaseLease, Platform } from '../platform';
 import { authenticateRequest } from '../auth/authenticators';
 import { CallerState } from '../auth/caller';
+import { authFor } from '../auth/sessions';
 import { ApiError } from './errors';
 import { refuseHostileJson } from './hostile-input';
 
@@ -87,15 +89,19 @@ export const requestContext =
   async (c, next) => {
     let lease: DatabaseLease | undefined;
     const db = (): Db => (lease ??= platform.openDatabase()).db;
+    const auth = () => authFor({ db: db(), config: platform.config, logger: platform.logger, mailer: platform.mailer });
     try {
       const callerState = options.authenticate
         ? await authenticateRequest({
             header: (name) => c.req.header(name),
             db,
             bootstrap: platform.bootstrap,
+            auth,
+            authSecret: platform.config.authSecret,
             knownTokenHash: c.var.serviceTokenHash,
           })
         : new CallerState(undefined, undefined);
+      if (callerState.user?.via === 'cookie') refuseCrossSiteWrite(c.req.raw, platform.config);
       const services: ServiceContext = {
         get db() {
           return db();
@@ -111,6 +117,8 @@ export const requestContext =
         namedStatements: platform.namedStatements,
         deliveries: platform.deliveries,
         changes: platform.changes,
+        mailer: platform.mailer,
+        auth,
         changedEnvironments: new Set(),
         requestId: c.var.requestId,
       };
@@ -131,3 +139,36 @@ export const requestContext =
       }
     }
   };
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * CSRF: a browser sends the session cookie with any site's request, so a
+ * cookie-authenticated write is accepted only from the API's own origin
+ * (the request's, API_BASE_URL's or AUTH_URL's) or one of TRUSTED_ORIGINS.
+ * Browsers send `Origin` on every cross-site write; a write without one is
+ * refused too. Bearer sessions and service tokens are never sent by a
+ * browser on its own, so they are not checked.
+ */
+export function refuseCrossSiteWrite(request: Request, config: Pick<Config, 'apiBaseUrl' | 'authUrl' | 'trustedOrigins'>): void {
+  if (SAFE_METHODS.has(request.method)) return;
+  const origin = request.headers.get('origin');
+  const allowed = [new URL(request.url).origin, config.apiBaseUrl, config.authUrl, ...config.trustedOrigins]
+    .filter((value): value is string => value !== undefined)
+    .map((value) => originOf(value));
+  if (origin !== null && allowed.includes(originOf(origin))) return;
+  throw new ApiError(
+    'origin_not_trusted',
+    origin === null
+      ? 'a cookie-authenticated write needs an Origin header: send it, or use Authorization: Bearer <session token>'
+      : `origin ${origin} is not trusted for cookie-authenticated writes: add it to TRUSTED_ORIGINS, or use Authorization: Bearer <session token>`,
+  );
+}
+
+const originOf = (value: string): string => {
+  try {
+    return new URL(value).origin;
+  } catch {
+    return value;
+  }
+};

@@ -1,7 +1,8 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import ipaddr from 'ipaddr.js';
 import { bearerCredential } from '../auth/caller';
-import { hashServiceToken, isWellFormedServiceToken } from '../auth/service-token';
+import { hashServiceToken, isWellFormedServiceToken, TOKEN_PREFIX } from '../auth/service-token';
+import { sessionCookieToken } from '../auth/session-cookie';
 import type { AppEnv } from '../context';
 import type { Platform, RateLimits, RateLimitStanding } from '../platform';
 import { ApiError } from './errors';
@@ -71,6 +72,8 @@ const CALLBACK = /^\/[^/]+\/[^/]+\/envs\/[^/]+\/action-runs\/([^/]+)\/callback$/
  * - a service token of valid shape and checksum: `tok:` + the first 32 hex
  *   digits of its SHA-256 (a prefix of `service_tokens.token_hash`, so an
  *   operator can find the token), known without a query;
+ * - a user session (a Bearer value without the token prefix, or the session
+ *   cookie): `ses:` + the first 32 hex digits of the SHA-256 of its value;
  * - anything else (no credentials, a malformed or forged-checksum token):
  *   `ip:<address partition>`.
  *
@@ -89,6 +92,9 @@ export function rateLimitSubject(c: Context, rateLimits: RateLimits): { key: str
     const tokenHash = hashServiceToken(token);
     return { key: `tok:${tokenHash.slice(0, 32)}`, failureKey: `fail:${address}`, tokenHash };
   }
+  // a user session, as a Bearer value (the CLI) or the cookie (browsers)
+  const session = token !== undefined && !token.startsWith(TOKEN_PREFIX) ? token : sessionCookieToken(c.req.header('cookie'));
+  if (session !== undefined) return { key: `ses:${hashServiceToken(session).slice(0, 32)}`, failureKey: `fail:${address}` };
   return { key: `ip:${address}` };
 }
 

@@ -2,7 +2,7 @@ import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
 import type { Db } from '../db/client';
-import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Platform, type RateLimits } from '../platform';
+import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Mailer, type Platform, type RateLimits } from '../platform';
 import { ChangeHub, type HubOptions } from '../stream/hub';
 import { openSseResponse } from '../stream/sse-response';
 import { openSseOnSocket } from './sse-socket';
@@ -14,6 +14,7 @@ import { resolveHost } from './resolve-host';
 import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
 import { loadOrCreateLocalSecrets } from './local-secrets';
 import { NodeRateLimits } from './rate-limit-store';
+import { createNodeMailer } from './mailer';
 
 export interface NodePlatform {
   platform: Platform;
@@ -52,7 +53,7 @@ export async function createNodePlatform(
   }
   const logger: Logger = createLogger({
     level: config.logLevel,
-    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey],
+    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.smtpUrl],
     sink: options.logSink,
   });
   const database = dataDir ? await openPglite(join(dataDir, 'db')) : openPostgres(config.databaseUrl!.reveal());
@@ -64,12 +65,14 @@ export async function createNodePlatform(
   }
   // several instances may serve one Postgres database: their counts meet there; PGlite is one process
   const rateLimits = new NodeRateLimits({ clock: systemClock, logger, shared: database.kind === 'postgres' ? { db: database.db } : undefined });
+  const mailer = createNodeMailer(config, logger);
   const { platform, jobs, hub } = platformWithJobRunner({
     config,
     logger,
     db: database.db,
     namedStatements: await serverIsPostgres(database),
     rateLimits,
+    mailer,
   });
   return {
     platform,
@@ -81,6 +84,7 @@ export async function createNodePlatform(
       hub.close();
       await jobs.stop();
       await rateLimits.close();
+      mailer.close();
       await database.close();
     },
   };
@@ -121,6 +125,8 @@ export function platformOnSharedDatabase(options: {
   changes?: ChangeStreams;
   /** Default: counted in process only. */
   rateLimits?: RateLimits;
+  /** Default: SMTP when the config names a server, else the log. */
+  mailer?: Mailer;
 }): Platform {
   return {
     config: options.config,
@@ -131,6 +137,7 @@ export function platformOnSharedDatabase(options: {
     namedStatements: options.namedStatements ?? false,
     deliveries: options.deliveries ?? { schedule: async () => {} },
     changes: options.changes ?? noChangeStreams,
+    mailer: options.mailer ?? createNodeMailer(options.config, options.logger),
     rateLimits: options.rateLimits ?? new NodeRateLimits({ clock: options.clock ?? systemClock, logger: options.logger }),
     executionContext: false,
   };

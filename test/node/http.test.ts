@@ -154,6 +154,7 @@ describe('unexpected errors', () => {
       },
       bootstrap: { closed: false },
       namedStatements: false,
+      mailer: { send: async () => {} },
       deliveries: { schedule: async () => {} },
       changes: { publish: async () => {}, open: async () => new Response(null) },
       executionContext: false,

@@ -28,7 +28,7 @@ describe('service tokens', () => {
     const response = await api.call('POST', tokensPath, { token: owner, body: { name: 'ci' } });
     expect(response.status).toBe(201);
     expect(Object.keys(response.body).sort()).toEqual(
-      ['cellScopes', 'createdAt', 'envName', 'expiresAt', 'id', 'name', 'prefix', 'role', 'token'].sort(),
+      ['cellScopes', 'createdAt', 'envName', 'expiresAt', 'id', 'name', 'personal', 'prefix', 'role', 'token'].sort(),
     );
     expect(response.body).toMatchObject({ name: 'ci', role: 'member', envName: null, cellScopes: [], expiresAt: null });
     expect(response.body.token).toMatch(/^cpl_[0-9A-Za-z]{36}$/);

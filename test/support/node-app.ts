@@ -11,7 +11,7 @@ import { answerClientErrors } from '../../src/node/client-errors';
 import { platformWithJobRunner } from '../../src/node/platform';
 import { NodeRateLimits } from '../../src/node/rate-limit-store';
 import type { RunEngine } from '../../src/runs/engine';
-import { systemClock, type Clock, type Platform } from '../../src/platform';
+import { systemClock, type Clock, type MailMessage, type Platform } from '../../src/platform';
 import { createTestDatabase, usingPostgres, type TestDatabase } from './node-database';
 import { SecretScan } from './secret-scan';
 
@@ -56,6 +56,8 @@ export interface TestApi {
   testDatabase: TestDatabase;
   /** Every log line the app wrote. */
   logs: string[];
+  /** Every message the app mailed, unless `env.SMTP_URL` sends them to a real SMTP server. */
+  mails: MailMessage[];
   /** The secrets this api's traffic carried; `close()` fails if any reached a log line or a response that should not hold it. */
   secretScan: SecretScan;
   /** How many times a request leased the database. */
@@ -84,6 +86,7 @@ export async function createTestApi(
   // suites make hundreds of requests a minute per token; the rate-limit tests set their own limit
   const config = loadConfig({ ...TEST_SECRETS, RATE_LIMIT_PER_MINUTE: TEST_RATE_LIMIT_PER_MINUTE, ...(options.env ?? {}) });
   const logs: string[] = [];
+  const mails: MailMessage[] = [];
   const secretScan = new SecretScan();
   secretScan.registerConfig({ TEST_DATABASE_URL: process.env.TEST_DATABASE_URL, ...TEST_SECRETS, ...(options.env ?? {}) });
   const logger = createLogger({
@@ -110,6 +113,8 @@ export async function createTestApi(
     runner: options.runner,
     hub: options.hub,
     rateLimits,
+    // with SMTP_URL the host's own mailer sends; otherwise messages are kept for the test to read
+    mailer: config.smtpUrl ? undefined : { send: async (message) => void mails.push(message) },
   });
   const platform: Platform = {
     ...shared,
@@ -139,6 +144,7 @@ export async function createTestApi(
     db,
     testDatabase,
     logs,
+    mails,
     secretScan,
     databaseLeases: () => leases,
     rateLimits,

@@ -81,6 +81,12 @@ export class SecretScan {
         this.register((body as { value?: unknown }).value, `the value PUT to ${request.path}`);
       }
       this.#registerTriggerCredentials(body, `${request.method} ${request.path}`, 0);
+      if (request.path.startsWith('/api/auth/')) {
+        const { password, newPassword, currentPassword } = body as Record<string, unknown>;
+        this.register(password, `a password sent to ${request.path}`);
+        this.register(newPassword, `a new password sent to ${request.path}`);
+        this.register(currentPassword, `a current password sent to ${request.path}`);
+      }
     }
     return this.#requests;
   }
@@ -95,6 +101,9 @@ export class SecretScan {
     const minted = (response.body as { token?: unknown } | undefined)?.token;
     const mint = response.method === 'POST' && typeof minted === 'string' && minted.startsWith('cpl_');
     if (mint) this.register(minted, `a token minted by ${response.method} ${response.path}`, sequence);
+    // a sign-up or sign-in returns its session token once (Better Auth), as a mint does
+    const session = response.path.startsWith('/api/auth/sign-') && typeof minted === 'string' ? minted : undefined;
+    if (session) this.register(session, `a session token returned by ${response.method} ${response.path}`, sequence);
     // the API's documentation shows an example token, made for the page
     const documentation = response.path === '/openapi.json' || response.path.startsWith('/docs');
     this.#scan(response.text, `the response to ${response.method} ${response.path}`, { origin: sequence, shapes: !mint && !documentation });

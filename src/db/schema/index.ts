@@ -4,3 +4,4 @@ export * from './runtime';
 export * from './actions';
 export * from './runs';
 export * from './rate-limits';
+export * from './people';

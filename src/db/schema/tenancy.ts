@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { bigint, check, index, integer, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
+import { bigint, boolean, check, index, integer, pgTable, text, unique, uuid } from 'drizzle-orm/pg-core';
 import { createdAt, id, optionalTimestamp } from './columns';
 
 /** Tenant keys for the other tables: each row goes with its organization, project or environment. */
@@ -80,6 +80,14 @@ export const serviceTokens = pgTable(
     // deleting an environment deletes the tokens pinned to it
     envId: uuid('env_id').references(() => environments.id, { onDelete: 'cascade' }),
     cellScopes: text('cell_scopes').array().notNull().default(sql`'{}'::text[]`),
+    /** The user whose session minted it (people.ts users.id), or null for tokens minted by a token or bootstrap. */
+    createdByUserId: uuid('created_by_user_id'),
+    /**
+     * A personal token acts as its minter's membership allows at the time of
+     * use (never above the user's current role) and is revoked when the user
+     * leaves or is removed from the organization.
+     */
+    personal: boolean('personal').notNull().default(false),
     expiresAt: optionalTimestamp('expires_at'),
     revokedAt: optionalTimestamp('revoked_at'),
     createdAt: createdAt(),

@@ -61,7 +61,7 @@ async function withAttempts(db: Queryable, row: RunRow): Promise<ActionRun> {
 }
 
 const triggeredBy = ({ principal }: Caller): string =>
-  principal.kind === 'service-token' ? `token:${principal.tokenId}` : 'bootstrap';
+  principal.kind === 'service-token' ? `token:${principal.tokenId}` : principal.kind === 'user-session' ? `user:${principal.userId}` : 'bootstrap';
 
 /**
  * JSON with every object's members sorted by name: a client that retries

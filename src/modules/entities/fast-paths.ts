@@ -57,7 +57,7 @@ const plainEntityRead = perHandle((db, shape, name) => {
  */
 export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityRow | undefined> {
   const state = ctx.callerState;
-  if (state.resolved) return undefined; // bootstrap mode: no token to fold in
+  if (state.resolved || state.tokenHash === undefined) return undefined; // bootstrap mode or a user: no token to fold in
   const now = ctx.clock.now();
   const [row] = await plainEntityRead(ctx, ref).execute({
     tokenHash: state.tokenHash!,
@@ -189,7 +189,7 @@ export interface PlainCreate {
  */
 export async function createEntityPlainly(ctx: ServiceContext, ref: EnvRef, create: PlainCreate): Promise<EntityRow | undefined> {
   const state = ctx.callerState;
-  if (state.resolved) return undefined;
+  if (state.resolved || state.tokenHash === undefined) return undefined;
   const draft: EntityRow = {
     // set by the statement: the Entity of the change row gets them there too
     id: '',

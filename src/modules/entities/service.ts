@@ -363,7 +363,7 @@ export async function createEntity(ctx: ServiceContext, ref: EnvRef, input: Enti
  * validate, because authorization comes before validation there.
  */
 async function createEntityInOneStatement(ctx: ServiceContext, ref: EnvRef, input: EntityCreate): Promise<Entity | undefined> {
-  if (ctx.callerState.resolved) return undefined;
+  if (ctx.callerState.resolved || ctx.callerState.tokenHash === undefined) return undefined;
   const type = rememberedEntityType(ctx, ref, input.entityType);
   if (!type) return undefined;
   const definition = type.definition;

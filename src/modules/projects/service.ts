@@ -19,8 +19,9 @@ const toProject = (project: ProjectRow): z.infer<typeof Project> => ({
 });
 
 /**
- * Tokens with organization-level powers (admin, owner) list every project of
- * their organization; any other token sees only the project it belongs to.
+ * Members, and tokens with organization-level powers (admin, owner), list
+ * every project of their organization; any other token sees only the
+ * project it belongs to.
  */
 export async function listProjects(ctx: ServiceContext, orgRef: string): Promise<z.infer<typeof Project>[]> {
   const org = await loadOrg(ctx, orgRef);

@@ -11,6 +11,7 @@ const TokenFields = {
   envName: z.string().nullable().openapi({ description: 'The pinned environment; null means all environments' }),
   cellScopes: z.array(z.string()).openapi({ description: 'Cells the token is restricted to; empty means all cells' }),
   expiresAt: Timestamp.nullable(),
+  personal: z.boolean().openapi({ description: "A personal token dies with its minter's membership and never acts above the minter's role" }),
   createdAt: Timestamp,
 };
 
@@ -36,6 +37,10 @@ export const ServiceTokenCreate = z
       .datetime({ offset: true, message: 'must be an ISO 8601 date-time' })
       .optional()
       .openapi({ example: '2027-01-01T00:00:00.000Z' }),
+    personal: z.boolean().default(false).openapi({
+      description:
+        "Minted by a user session only: the token is revoked when the user leaves or is removed from the organization, and never acts above the user's current role",
+    }),
   })
   .openapi('ServiceTokenCreate');
 

@@ -8,6 +8,7 @@ import type { ServiceContext } from '../../context';
 import { environments, serviceTokens, systemState } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
+import { actorOf, recordAudit } from '../audit/service';
 import type { MintedServiceToken, ServiceToken, ServiceTokenCreate } from './schemas';
 
 type TokenRow = typeof serviceTokens.$inferSelect;
@@ -20,6 +21,7 @@ const toServiceToken = (row: TokenRow, envName: string | null): z.infer<typeof S
   envName,
   cellScopes: row.cellScopes,
   expiresAt: optionalTimestamp(row.expiresAt),
+  personal: row.personal,
   createdAt: timestamp(row.createdAt),
 });
 
@@ -37,8 +39,9 @@ function exceedsCaller(
   verb: 'mint' | 'revoke',
   target: { role: Role; envName: string | null; cellScopes: readonly string[] },
 ): string | null {
-  if (grants.scope !== 'project') return null;
-  if (!roleCovers(grants.role, target.role)) return `a "${grants.role}" token cannot ${verb} a "${target.role}" token`;
+  if (grants.scope === 'unrestricted') return null;
+  const who = grants.scope === 'organization' ? 'member' : 'token';
+  if (!roleCovers(grants.role, target.role)) return `a "${grants.role}" ${who} cannot ${verb} a "${target.role}" token`;
   if (grants.envName !== null && target.envName !== grants.envName) {
     return `a token pinned to "${grants.envName}" can only ${verb} tokens pinned to it`;
   }
@@ -91,15 +94,20 @@ export async function mintToken(
       { path: 'expiresAt', message: 'must be in the future' },
     ]);
   }
+  if (input.personal && principal.kind !== 'user-session') {
+    throw new ApiError('validation_failed', 'only a user session mints a personal token', [
+      { path: 'personal', message: 'needs a user session' },
+    ]);
+  }
   let envName = input.envName ?? null;
   let cellScopes = [...new Set(input.cellScopes ?? [])];
   if (grants.scope === 'project') {
     // omitted, the pin and the cell scopes are inherited from the minter
     if (grants.envName !== null) envName ??= grants.envName;
     if (grants.cellScopes.length > 0 && cellScopes.length === 0) cellScopes = [...grants.cellScopes];
-    const refusal = exceedsCaller(grants, 'mint', { role: input.role, envName, cellScopes });
-    if (refusal) throw new ApiError('forbidden', refusal);
   }
+  const refusal = exceedsCaller(grants, 'mint', { role: input.role, envName, cellScopes });
+  if (refusal) throw new ApiError('forbidden', refusal);
 
   const { token, prefix } = generateServiceToken();
   const tokenHash = hashServiceToken(token);
@@ -129,9 +137,18 @@ export async function mintToken(
         envId,
         cellScopes,
         expiresAt,
+        createdByUserId: principal.kind === 'user-session' ? principal.userId : null,
+        personal: input.personal,
       })
       .returning();
     await tx.update(systemState).set({ bootstrapClosedAt: sql`now()` }).where(isNull(systemState.bootstrapClosedAt));
+    await recordAudit(tx, {
+      action: 'token.minted',
+      actor: actorOf(principal),
+      orgId: project.orgId,
+      target: { type: 'token', id: inserted!.id },
+      data: { projectId: project.id, name: input.name, prefix, role: input.role, envName, cellScopes, personal: input.personal },
+    });
     return inserted!;
   });
   ctx.bootstrap.closed = true;
@@ -157,12 +174,21 @@ export async function revokeToken(ctx: ServiceContext, ref: ProjectRef, id: stri
   if (!target) throw notFound(`token "${id}"`);
   const refusal = exceedsCaller(ctx.caller.grants, 'revoke', target);
   if (refusal) throw new ApiError('forbidden', refusal);
-  const revoked = await ctx.db
-    .update(serviceTokens)
-    .set({ revokedAt: ctx.clock.now() })
-    .where(live)
-    .returning({ id: serviceTokens.id });
-  if (revoked.length === 0) throw notFound(`token "${id}"`);
+  await ctx.db.transaction(async (tx) => {
+    const revoked = await tx
+      .update(serviceTokens)
+      .set({ revokedAt: ctx.clock.now() })
+      .where(live)
+      .returning({ id: serviceTokens.id, prefix: serviceTokens.prefix });
+    if (revoked.length === 0) throw notFound(`token "${id}"`);
+    await recordAudit(tx, {
+      action: 'token.revoked',
+      actor: actorOf(ctx.caller.principal),
+      orgId: project.orgId,
+      target: { type: 'token', id },
+      data: { projectId: project.id, prefix: revoked[0]!.prefix },
+    });
+  });
   ctx.logger.info('service token revoked', { requestId: ctx.requestId, tokenId: id, projectId: project.id });
   return { revoked: true, id };
 }

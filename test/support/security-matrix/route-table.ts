@@ -11,8 +11,14 @@ export interface TableRoute {
 /** Hono's `/:o/:p/envs/:envName` (a `:name{regex}` too) → the OpenAPI-style `/{o}/{p}/envs/{envName}`. */
 const toTemplate = (honoPath: string) => honoPath.replace(/:([A-Za-z0-9_]+)(\{[^}]*\})?\??/g, '{$1}');
 
+/** `{param}` is one segment; a `*` (Hono's wildcard, `/api/auth/*`) is any rest of the path. */
 const toPattern = (template: string) =>
-  new RegExp(`^${template.split(/\{[^}]+\}/).map((part) => part.replace(/[.*+?^$()|[\]\\]/g, '\\$&')).join('[^/]+')}$`);
+  new RegExp(
+    `^${template
+      .split(/\{[^}]+\}/)
+      .map((part) => part.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replaceAll('\\*', '.*'))
+      .join('[^/]+')}$`,
+  );
 
 /**
  * Every route the app answers, in registration order (the order Hono tries

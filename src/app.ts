@@ -27,6 +27,12 @@ import { projectRoutes } from './modules/projects/routes';
 import { secretRoutes } from './modules/secrets/routes';
 import { renderDocsPage } from './modules/system/docs-page';
 import { tokenRoutes } from './modules/tokens/routes';
+import { adminRoutes } from './modules/admin/routes';
+import { graphViewRoutes } from './modules/graph-views/routes';
+import { memberRoutes } from './modules/members/routes';
+import { notificationRoutes } from './modules/notifications/routes';
+import { preferenceRoutes } from './modules/preferences/routes';
+import { ssoRoutes } from './modules/sso/routes';
 
 /** Schema violations become 400 validation_failed with one detail per issue. */
 const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
@@ -97,6 +103,17 @@ export function createApp(platform: Platform) {
   let docsPage: string | undefined;
   app.get('/docs', (c) => c.html((docsPage ??= renderDocsPage(app.getOpenAPI31Document(documentConfig)))));
 
+  app.openAPIRegistry.registerComponent('securitySchemes', 'sessionCookie', {
+    type: 'apiKey',
+    in: 'cookie',
+    name: 'cellplane.session_token',
+    description: 'A user session from `/api/auth/sign-in/email` (browsers). Writes must come from a trusted Origin.',
+  });
+  app.openAPIRegistry.registerComponent('securitySchemes', 'sessionBearer', {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'The same user session as a Bearer value: the `set-auth-token` header of sign-in (the CLI).',
+  });
   app.openAPIRegistry.registerComponent('securitySchemes', 'callbackToken', {
     type: 'http',
     scheme: 'bearer',
@@ -121,6 +138,12 @@ export function createApp(platform: Platform) {
     onMatchedRoutes(requestContext(platform)),
   );
   api.route('/', orgRoutes);
+  api.route('/', memberRoutes);
+  // SSO routes exist in cloud mode only (SPEC: 404 in oss)
+  if (platform.config.deployment === 'cloud') api.route('/', ssoRoutes);
+  api.route('/', notificationRoutes);
+  api.route('/', preferenceRoutes);
+  api.route('/', adminRoutes);
   api.route('/', projectRoutes);
   api.route('/', tokenRoutes);
   api.route('/', environmentRoutes);
@@ -134,6 +157,7 @@ export function createApp(platform: Platform) {
   api.route('/', actionRoutes);
   api.route('/', secretRoutes);
   api.route('/', actionRunRoutes);
+  api.route('/', graphViewRoutes);
   app.route('/', api);
 
   return app;

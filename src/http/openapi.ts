@@ -54,3 +54,7 @@ export const timestamp = (date: Date): string => date.toISOString();
 export const optionalTimestamp = (date: Date | null): string | null => (date ? date.toISOString() : null);
 
 export const BearerSecurity = [{ bearerAuth: [] }];
+/** A user session: the cookie (browsers) or the session token as a Bearer value (the CLI). */
+export const UserSessionSecurity = [{ sessionCookie: [] }, { sessionBearer: [] }];
+/** A service token or a user session. */
+export const TokenOrSessionSecurity = [...BearerSecurity, ...UserSessionSecurity];

@@ -15,7 +15,8 @@ export const authHandler =
     const lease = platform.openDatabase();
     try {
       const auth = authFor({ db: lease.db, config: platform.config, logger: platform.logger, mailer: platform.mailer });
-      return await asApiError(await auth.handler(c.req.raw));
+      const response = await auth.handler(c.req.raw);
+      return response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
     } finally {
       const released = lease.release();
       if (platform.executionContext) c.executionCtx.waitUntil(released);
@@ -23,8 +24,42 @@ export const authHandler =
     }
   };
 
+const isJson = (response: Response) => (response.headers.get('content-type') ?? '').includes('application/json');
+
+/** Where the session token is handed out on purpose: once, to whoever just signed in (the CLI keeps it). */
+const HANDS_OUT_TOKEN = /\/(sign-in|sign-up)\//;
+
+/**
+ * Better Auth echoes session tokens in session bodies (get-session,
+ * list-sessions). The cookie is HttpOnly so that a script in a page cannot
+ * read the token; echoing it would undo that. Every `token` of a session
+ * object (one with `userId` and `expiresAt`) is removed, except where a
+ * sign-in hands its own token out.
+ */
+async function withoutSessionTokens(path: string, response: Response): Promise<Response> {
+  if (!isJson(response) || HANDS_OUT_TOKEN.test(path)) return response;
+  const text = await response.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return new Response(text, response);
+  }
+  const headers = new Headers(response.headers);
+  headers.delete('content-length');
+  return new Response(JSON.stringify(redactSessions(body)), { status: response.status, headers });
+}
+
+function redactSessions(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redactSessions);
+  if (value === null || typeof value !== 'object') return value;
+  const entries = Object.entries(value as Record<string, unknown>);
+  const isSession = 'userId' in value && 'expiresAt' in value;
+  return Object.fromEntries(entries.filter(([key]) => !(isSession && key === 'token')).map(([key, item]) => [key, redactSessions(item)]));
+}
+
 async function asApiError(response: Response): Promise<Response> {
-  if (response.status < 400 || !(response.headers.get('content-type') ?? '').includes('application/json')) return response;
+  if (!isJson(response)) return response;
   const text = await response.text();
   let body: { code?: unknown; message?: unknown; error?: unknown } = {};
   try {

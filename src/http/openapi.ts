@@ -55,6 +55,6 @@ export const optionalTimestamp = (date: Date | null): string | null => (date ? d
 
 export const BearerSecurity = [{ bearerAuth: [] }];
 /** A user session: the cookie (browsers) or the session token as a Bearer value (the CLI). */
-export const UserSessionSecurity = [{ sessionCookie: [] }, { sessionBearer: [] }];
+export const UserSessionSecurity: Record<string, string[]>[] = [{ sessionCookie: [] }, { sessionBearer: [] }];
 /** A service token or a user session. */
 export const TokenOrSessionSecurity = [...BearerSecurity, ...UserSessionSecurity];

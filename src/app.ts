@@ -11,6 +11,7 @@ import { refuseHostileUrl } from './http/hostile-input';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
 import { rateLimit } from './http/rate-limit';
 import type { Platform } from './platform';
+import { registerAuthPaths } from './auth/auth-openapi';
 import { authHandler } from './auth/auth-routes';
 import { AUTH_BASE_PATH } from './auth/sessions';
 import { actionRunCallbackRoutes, actionRunRoutes, CALLBACK_PATH } from './modules/action-runs/routes';
@@ -99,6 +100,7 @@ export function createApp(platform: Platform) {
         'Catalog and runtime control plane. Errors are `{ error, code }`; every response carries `X-Request-Id`.',
     },
   };
+  registerAuthPaths(app);
   app.doc31('/openapi.json', documentConfig);
   let docsPage: string | undefined;
   app.get('/docs', (c) => c.html((docsPage ??= renderDocsPage(app.getOpenAPI31Document(documentConfig)))));

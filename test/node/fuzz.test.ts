@@ -3,9 +3,10 @@ import { eq, sql } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { signCallbackToken } from '../../src/auth/callback-token';
-import { actionRuns } from '../../src/db/schema';
+import { actionRuns, orgMembers } from '../../src/db/schema';
 import { createTenant, seedToken } from '../support/fixtures';
 import { createTestApi } from '../support/node-app';
+import { signUp, verifiedUser } from '../support/people';
 import { webhookAction } from '../support/run-fixtures';
 import {
   bodyMutation,
@@ -38,7 +39,8 @@ import {
 const SEED = Number(process.env.FUZZ_SEED ?? 20261123);
 const RUNS_PER_OPERATION = Number(process.env.FUZZ_RUNS ?? 30);
 
-const api = await createTestApi({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1' } });
+const FUZZ_SUPER_ADMIN = 'root@fuzz.example';
+const api = await createTestApi({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1', SUPER_ADMIN_EMAILS: FUZZ_SUPER_ADMIN } });
 const document = api.app.getOpenAPI31Document({ openapi: '3.1.0', info: { title: 't', version: '1' } });
 const operations = listOperations(document);
 const components = (document.components?.schemas ?? {}) as Record<string, Record<string, unknown>>;
@@ -58,6 +60,13 @@ const fixtures = await (async () => {
   const doomedEnv = await api.call('POST', `/${tenant.org.slug}/${tenant.project.slug}/envs`, { body: { name: 'doomed' } });
   expect(doomedEnv.status).toBe(201);
   const owner = await seedToken(api, tenant, 'owner');
+  // the people routes: a verified super-admin who owns the tenant, and a colleague to change and remove
+  const person = await verifiedUser(api, FUZZ_SUPER_ADMIN);
+  const colleague = await signUp(api);
+  await api.db.insert(orgMembers).values([
+    { orgId: tenant.org.id, userId: person.id, role: 'owner' },
+    { orgId: tenant.org.id, userId: colleague.id, role: 'member' },
+  ]);
   const proj = `/${tenant.org.slug}/${tenant.project.slug}`;
   const env = `${proj}/envs/default`;
   const made = async (method: string, path: string, body: unknown, status = 201) => {
@@ -86,6 +95,7 @@ const fixtures = await (async () => {
   const run = await made('POST', `${env}/entities/vm-1/actions/restart`, {}, 202);
   const doomedToken = await made('POST', `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`, { name: 'doomed', role: 'viewer' });
   const tokenId = doomedToken.id as string;
+  const view = await made('POST', `${proj}/graph-views`, { name: 'fleet', scope: 'project', config: { depth: 2 } });
   const [runRow] = await api.db.select().from(actionRuns).where(eq(actionRuns.id, run.id));
   const callbackToken = await signCallbackToken(
     api.platform.config.authSecret,
@@ -96,6 +106,8 @@ const fixtures = await (async () => {
   return {
     tenant,
     owner,
+    /** The Bearer value of the owner's user session: for operations only a user may call. */
+    session: person.token,
     callbackToken,
     /** A path parameter's value, by its name ... */
     byParam: {
@@ -121,6 +133,8 @@ const fixtures = await (async () => {
       actions: 'restart',
       secrets: 'db-password',
       'action-runs': run.id as string,
+      'graph-views': view.id as string,
+      users: colleague.id,
     } as Record<string, string>,
   };
 })();
@@ -159,6 +173,7 @@ const TABLES = [
   'orgs', 'projects', 'environments', 'service_tokens', 'entity_types', 'relationship_types', 'cells', 'actions',
   'environment_secrets', 'entities', 'entity_unique_keys', 'entity_metrics', 'relationships', 'cell_members',
   'entity_changes', 'action_runs', 'delivery_jobs', 'run_attempts',
+  'users', 'accounts', 'org_members', 'graph_views', 'notifications', 'user_preferences', 'sso_providers', 'audit_events',
 ];
 const FINGERPRINT = sql.raw(
   `select ${TABLES.map((t) => `(select md5(coalesce(string_agg(x::text, ',' order by x::text), '')) from ${t} x) as "${t}"`).join(', ')}`,
@@ -235,7 +250,11 @@ describe('fuzzing every operation of the OpenAPI document', () => {
   for (const op of operations) {
     it(`${op.name}`, async () => {
       base ??= await api.listen();
-      const token = op.security.includes('callbackToken') ? fixtures.callbackToken : fixtures.owner;
+      const token = op.security.includes('callbackToken')
+        ? fixtures.callbackToken
+        : op.security.includes('bearerAuth') || op.security.length === 0
+          ? fixtures.owner
+          : fixtures.session;
       const realPath = Object.fromEntries(op.pathParams.map((param) => [param, realValue(op, param)]));
       const example = op.body ? exampleFor(op.body.schema, components, fieldsFor(op, realPath)) : {};
       await fc.assert(

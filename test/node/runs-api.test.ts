@@ -691,7 +691,8 @@ describe('action runs API', () => {
     expect(statuses(`${base}/entities/{name}/actions/{actionName}`, 'post')).toEqual(expect.arrayContaining(['202', '400', '401', '403', '404', '409', '422', '501']));
     expect(triggerOp.responses['202'].headers.Location).toBeDefined();
     expect(triggerOp.responses['202'].content['application/json'].schema.$ref).toBe('#/components/schemas/ActionRun');
-    expect(triggerOp.security).toEqual([{ bearerAuth: [] }]);
+    // a service token, or a user session as a cookie or a Bearer value
+    expect(triggerOp.security).toEqual([{ bearerAuth: [] }, { sessionCookie: [] }, { sessionBearer: [] }]);
 
     expect(statuses(`${base}/action-runs`, 'get')).toEqual(expect.arrayContaining(['200', '400', '401', '403', '404']));
     expect(doc.paths[`${base}/action-runs`].get.parameters.map((p: { name: string }) => p.name)).toEqual(

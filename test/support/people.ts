@@ -68,3 +68,21 @@ export function linkIn(text: string): string {
   expect(match, `a link in: ${text}`).not.toBeNull();
   return match![0];
 }
+
+/**
+ * A signed-up user whose address is verified: signs up, then follows the
+ * verification link mailed to it (Better Auth's GET /api/auth/verify-email).
+ * The link is absolute (AUTH_URL or API_BASE_URL); its path and query are
+ * called on the in-process app. The returned session sees the verified
+ * address at once (the session lookup reads the user row).
+ */
+export async function verifiedUser(api: TestApi, email: string, options: { name?: string; password?: string } = {}): Promise<TestUser> {
+  const user = await signUp(api, { email, ...options });
+  const mail = api.mails.findLast((message) => message.to.toLowerCase() === user.email);
+  expect(mail, `a verification mail to ${user.email}`).toBeDefined();
+  const link = new URL(linkIn(mail!.text));
+  expect(link.pathname).toBe('/api/auth/verify-email');
+  const verified = await api.call('GET', `${link.pathname}${link.search}`);
+  expect(verified.status, JSON.stringify(verified.body)).toBeLessThan(400);
+  return user;
+}

@@ -2,7 +2,7 @@ import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { MiddlewareHandler } from 'hono';
 import type { CallbackClaims } from '../../auth/callback-token';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
 import { ActionRun, ActionRunListRow, CallbackRequest, RunListQuery, RunParams, TriggerHeaders, TriggerParams, TriggerRequest } from './schemas';
 import { authenticateCallback, cancelRunRequest, completeRunByCallback, getRun, listRuns, triggerAction } from './service';
@@ -22,7 +22,7 @@ actionRunRoutes.openapi(
     summary: 'Trigger an action on an entity',
     description:
       "Needs data:write; a cell-scoped token only on entities in its cells (403 cell_scope_violation). The action must be one of the entity's type (404) whose conditions hold (409 action_unavailable); `parameters` are checked against its definitions and defaulted (400). Every template reference of the trigger must resolve now (400 unknown_reference, listing them), and a URL naming a non-public address is refused (400 outbound_url_refused). The run and its delivery job are written in one transaction; the answer is 202 with the pending run and `Location`. With `Idempotency-Key`, a retried trigger returns the run the first one created (202, `Idempotent-Replayed: true`); the key with another action, entity or body is 422.",
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: TriggerParams, headers: TriggerHeaders, body: { ...jsonBody(TriggerRequest), required: false } },
     responses: {
       202: { ...jsonResponse(ActionRun, 'The run, pending'), headers: { Location: { schema: { type: 'string' }, description: 'The run' } } },
@@ -55,7 +55,7 @@ actionRunRoutes.openapi(
     summary: "List an environment's action runs",
     description:
       'Needs data:read. Newest first; filters `status` (repeatable), `entity` (the name it was triggered on), `action`, `since`. Keyset pagination: `limit` (default 50, at most 500), the next page in `X-Next-Cursor` and `Link: rel="next"`. A cell-scoped token sees runs on entities in its cells.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RunParams.omit({ id: true }), query: RunListQuery },
     responses: {
       200: jsonResponse(z.array(ActionRunListRow), 'Runs, newest first'),
@@ -77,7 +77,7 @@ actionRunRoutes.openapi(
     tags: TAGS,
     summary: 'Get an action run',
     description: 'Needs data:read. With every delivery attempt (time, HTTP status, latency, error).',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RunParams },
     responses: {
       200: jsonResponse(ActionRun, 'The run'),
@@ -97,7 +97,7 @@ actionRunRoutes.openapi(
     tags: TAGS,
     summary: 'Cancel a pending action run',
     description: 'Needs data:read (SPEC). A pending run becomes cancelled and is never delivered; any other state is 409 run_not_cancellable.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RunParams },
     responses: {
       200: jsonResponse(ActionRun, 'The cancelled run'),

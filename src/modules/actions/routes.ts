@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { EntityParams } from '../entities/schemas';
 import { Action, ActionDeleted, ActionParams, ActionRequest, AvailableAction, ProjectParams } from './schemas';
 import { createAction, deleteAction, getAction, listActions, listEntityActions, updateAction } from './service';
@@ -19,7 +19,7 @@ actionRoutes.openapi(
     tags: TAGS,
     summary: "List a project's actions",
     description: `Needs catalog:read. ${CREDENTIALS}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams },
     responses: {
       200: jsonResponse(z.array(Action), 'Actions, by name'),
@@ -39,7 +39,7 @@ actionRoutes.openapi(
     tags: TAGS,
     summary: 'Create an action',
     description: `Needs catalog:write. \`entityType\` must name an entity type of the project, and \`onSuccess\`/\`onFailure\` states of it (400 invalid_reference). Defaults: \`timeoutMinutes\` 60; webhook \`method\` POST, \`retry\` { maxAttempts 3, backoff exponential, initialDelayMs 1000 }. A name already taken is 409 already_exists. ${CREDENTIALS}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams, body: jsonBody(ActionRequest) },
     responses: {
       201: jsonResponse(Action, 'The new action'),
@@ -59,7 +59,7 @@ actionRoutes.openapi(
     tags: TAGS,
     summary: 'Get an action',
     description: `Needs catalog:read. ${CREDENTIALS}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ActionParams },
     responses: {
       200: jsonResponse(Action, 'The action'),
@@ -79,7 +79,7 @@ actionRoutes.openapi(
     tags: TAGS,
     summary: 'Replace an action',
     description: `Needs catalog:write. The body replaces the whole definition: omitted fields return to their defaults, and a literal credential must be sent again (\`"[redacted]"\` is refused with 400). The body's \`name\` must equal the path's. ${CREDENTIALS}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ActionParams, body: jsonBody(ActionRequest) },
     responses: {
       200: jsonResponse(Action, 'The updated action'),
@@ -99,7 +99,7 @@ actionRoutes.openapi(
     tags: TAGS,
     summary: 'Delete an action',
     description: 'Needs catalog:write.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ActionParams },
     responses: {
       200: jsonResponse(ActionDeleted, 'Deleted'),
@@ -120,7 +120,7 @@ actionRoutes.openapi(
     summary: 'List the actions available for an entity',
     description:
       "Needs data:read. The actions of the entity's type whose conditions all hold for its state, labels, properties and metrics, by name. 404 when the entity does not exist or is outside the token's cells.",
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams },
     responses: {
       200: jsonResponse(z.array(AvailableAction), 'Available actions, by name'),

@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { Entity } from '../entities/schemas';
 import { recommendPlacement } from './recommendations';
 import {
@@ -29,7 +29,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: "List a project's cells",
     description: 'Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellProjectParams },
     responses: {
       200: jsonResponse(z.array(Cell), 'Cells, by name'),
@@ -50,7 +50,7 @@ cellRoutes.openapi(
     summary: 'Create a cell',
     description:
       'Needs catalog:write. 400 invalid_reference: the entity type or the derived membership\'s relationship type does not exist (or does not lead to the entity type), a selector state is not a state of the type, or the parents would form a cycle. 404: a parent cell does not exist. 409 already_exists.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellProjectParams, body: jsonBody(CellRequest) },
     responses: {
       201: jsonResponse(Cell, 'The new cell'),
@@ -70,7 +70,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: 'Read a cell',
     description: 'Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellParams },
     responses: {
       200: jsonResponse(Cell, 'The cell'),
@@ -91,7 +91,7 @@ cellRoutes.openapi(
     summary: 'Replace a cell',
     description:
       "Needs catalog:write. Replaces the definition wholesale: omitted fields take their defaults. The body's name must be the path's (cells are not renamed). References are checked as on create. Explicit members are dropped when the cell turns derived or its entity type changes.",
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellParams, body: jsonBody(CellRequest) },
     responses: {
       200: jsonResponse(Cell, 'The cell as stored'),
@@ -111,7 +111,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: 'Delete a cell',
     description: 'Needs catalog:write. A cell that is the parent of another is 409 still_referenced. Its explicit memberships go with it.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellParams },
     responses: {
       200: jsonResponse(CellDeleted, 'Deleted'),
@@ -131,7 +131,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: "List a cell's members in an environment",
     description: `Needs catalog:read. Explicit or derived members, by name; derived membership is evaluated now. ${ENV_CHOICE} A cell-scoped token sees only members inside its cells.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellParams, query: CellEnvQuery },
     responses: {
       200: jsonResponse(z.array(Entity), 'Members, by name'),
@@ -151,7 +151,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: 'Add an entity to an explicit cell',
     description: `Needs catalog:write. The body's envId/envName, when given, override the query. ${ENV_CHOICE} Adding a member again is a no-op (201). 400 type_mismatch: entityTypeName is not the entity's type or the cell's. 409 membership_derived: the cell derives its members. 403 cell_scope_violation: a cell-scoped token names an entity outside its cells.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellParams, query: CellEnvQuery, body: jsonBody(CellMemberAdd) },
     responses: {
       201: { description: 'Added (no body)' },
@@ -172,7 +172,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: 'Remove an entity from an explicit cell',
     description: `Needs catalog:write. ${ENV_CHOICE} Removing an entity that is not a member is a no-op (200); an entity missing from the environment is 404. 409 membership_derived: the cell derives its members. 403 cell_scope_violation: a cell-scoped token names an entity outside its cells, or one the removal would take out of them.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellMemberParams, query: CellEnvQuery },
     responses: {
       200: { description: 'Removed (no body)' },
@@ -193,7 +193,7 @@ cellRoutes.openapi(
     tags: TAGS,
     summary: "Rank a cell's members as placement targets",
     description: `Needs catalog:read. ${ENV_CHOICE} Members for which every constraint holds rank first, in the order of the placement policy: least-loaded by load (Σ metric/capacity over the type's metrics with a capacity; lower first, ties by name), round-robin by rotating the members (by name) one step per call, random by a uniform shuffle. Ineligible members follow with eligible false and the constraints they fail. A round-robin call advances the cell's counter, whoever calls.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: CellParams, query: CellEnvQuery },
     responses: {
       200: jsonResponse(CellRecommendations, 'Ranked members'),

@@ -1,7 +1,7 @@
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { ApiError } from '../../http/errors';
-import { BearerSecurity, errorResponses, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonResponse } from '../../http/openapi';
 import { EnvParams } from '../entities/schemas';
 import { ChangesPage, ChangesQuery, StreamQuery } from './schemas';
 import { listChanges, openEntityStream } from './service';
@@ -18,7 +18,7 @@ changeRoutes.openapi(
     summary: "Stream an environment's entity changes (Server-Sent Events)",
     description:
       'Needs data:read. Events `entity.created`, `entity.updated`, `entity.deleted`, each with `id:` the environment\'s change sequence and `data:` `{ type, entity, at }`. Send `Last-Event-ID` (or `?lastEventId=`) to resume: the changes after it are replayed from the log, then the stream goes on live, with no gap and no duplicate. Without it the stream starts at the latest change. A resume point older than the log keeps (72 h) gets an `event: resync` and the stream goes on from the latest change. A `: heartbeat` comment every 15 s. Filters `entityType` and `cell` (direct members); a cell-scoped token sees only its cells. The stream ends (`event: end`) when the token is revoked or expires.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, query: StreamQuery },
     responses: {
       200: { description: 'text/event-stream', content: { 'text/event-stream': { schema: { type: 'string' } } } },
@@ -52,7 +52,7 @@ changeRoutes.openapi(
     summary: "Poll an environment's entity changes (JSON catch-up)",
     description:
       'Needs data:read. The changes after `after`, oldest first, at most `limit` examined (default 100, at most 1000), with the stream\'s filters and scope rules; `next` is the `after` of the next call. A resume point older than the log keeps (72 h) is 410 resync_required: reload the state, then poll from its latest sequence.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, query: ChangesQuery },
     responses: {
       200: jsonResponse(ChangesPage, 'A page of changes'),

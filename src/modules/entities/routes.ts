@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
 import {
   BatchMetricsQuery,
@@ -43,7 +43,7 @@ entityRoutes.openapi(
     description:
       'Name order, keyset-paginated: when there is a next page, `X-Next-Cursor` and `Link: <…>; rel="next"` carry it. ' +
       'Filters combine with AND. A cell-scoped token lists only entities in its cells. Needs data:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, query: EntityListQuery },
     responses: {
       200: {
@@ -72,7 +72,7 @@ entityRoutes.openapi(
     description:
       "`state` defaults to the type's initialState; properties are validated against the type and defaults filled. " +
       'A cell-scoped token may only create entities that fall in its cells (403 cell_scope_violation). Needs data:write.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, body: jsonBody(EntityCreate) },
     responses: {
       201: jsonResponse(Entity, 'The new entity'),
@@ -91,7 +91,7 @@ entityRoutes.openapi(
     summary: 'Read metric values of many entities',
     description:
       'Unknown names, and names outside a cell-scoped token\'s cells, are left out; an entity without values maps to `{}`. Needs data:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, query: BatchMetricsQuery },
     responses: {
       200: jsonResponse(BatchMetricValues, 'Metric values by entity name'),
@@ -108,7 +108,7 @@ entityRoutes.openapi(
     tags: TAGS,
     summary: 'Read an entity',
     description: `${CELL_SCOPE_READ} Needs data:read.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams },
     responses: {
       200: jsonResponse(Entity, 'The entity'),
@@ -131,7 +131,7 @@ entityRoutes.openapi(
       '`properties` and `labels`, when given, replace the stored ones. A state change must be declared by the type and, ' +
       'when the type declares transitions, listed (409 transition_not_allowed). `name` renames. ' +
       `${CELL_SCOPE_WRITE} The entity must stay in the token's cells too. Needs data:write.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams, body: jsonBody(EntityUpdate) },
     responses: {
       200: jsonResponse(Entity, 'The updated entity'),
@@ -151,7 +151,7 @@ entityRoutes.openapi(
     tags: TAGS,
     summary: 'Delete an entity',
     description: `Its metric values, cell memberships and relationships go with it. ${CELL_SCOPE_WRITE} Needs data:write.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams },
     responses: {
       200: jsonResponse(EntityDeleted, 'Deleted'),
@@ -171,7 +171,7 @@ entityRoutes.openapi(
     tags: TAGS,
     summary: "Read an entity's metric values",
     description: `${CELL_SCOPE_READ} Needs data:read.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams },
     responses: {
       200: jsonResponse(MetricValues, 'Values by metric name'),
@@ -193,7 +193,7 @@ entityRoutes.openapi(
     description:
       'The metric must be declared by the entity type (400 unknown_metric) and the value within its min/max (400 validation_failed). ' +
       `Metric values are not entity changes: no change event, updatedAt unchanged. ${CELL_SCOPE_WRITE} Needs data:write.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityMetricParams, body: jsonBody(MetricSet) },
     responses: {
       200: jsonResponse(MetricValue, 'The stored value'),
@@ -215,7 +215,7 @@ entityRoutes.openapi(
     description:
       '`observedAt` defaults to now and may be at most 5 minutes ahead of the server clock. lastSyncedAt never moves backwards: ' +
       `an older stamp changes nothing. An applied stamp is an entity update (change event). ${CELL_SCOPE_WRITE} Needs data:write.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams, body: jsonBody(SyncStamp) },
     responses: {
       200: jsonResponse(SyncStampResult, 'The sync fields now stored'),
@@ -237,7 +237,7 @@ entityRoutes.openapi(
     description:
       "`untracked` (type not syncTracked), `never-synced`, `in-sync` (lastSyncedAt within the type's syncFreshness.maxAgeSeconds, " +
       `default 3600) or \`stale\`. ${CELL_SCOPE_READ} Needs data:read.`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityParams },
     responses: {
       200: jsonResponse(EntityDriftStatus, 'Drift status'),

@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { EntityType, EntityTypeDeleted, EntityTypeParams, EntityTypeRequest, ProjectParams } from './schemas';
 import { createEntityType, deleteEntityType, getEntityType, listEntityTypes, updateEntityType } from './service';
 
@@ -15,7 +15,7 @@ entityTypeRoutes.openapi(
     tags: TAGS,
     summary: "List a project's entity types",
     description: 'Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams },
     responses: {
       200: jsonResponse(z.array(EntityType), 'Entity types, by name'),
@@ -36,7 +36,7 @@ entityTypeRoutes.openapi(
     summary: 'Create an entity type',
     description:
       'Needs catalog:write. `initialState` must be one of `states`; unique constraints name declared properties and transition constraints declared states (400 validation_failed). A name already taken is 409 already_exists.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams, body: jsonBody(EntityTypeRequest) },
     responses: {
       201: jsonResponse(EntityType, 'The new entity type'),
@@ -56,7 +56,7 @@ entityTypeRoutes.openapi(
     tags: TAGS,
     summary: 'Get an entity type',
     description: 'Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityTypeParams },
     responses: {
       200: jsonResponse(EntityType, 'The entity type'),
@@ -77,7 +77,7 @@ entityTypeRoutes.openapi(
     summary: 'Replace an entity type',
     description:
       "Needs catalog:write. The body replaces the whole definition: omitted fields return to their defaults. The body's `name` must equal the path's (types are not renamed). 409 still_referenced when entities are in a state the update removes, or when the unique constraints change while entities of the type exist.",
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityTypeParams, body: jsonBody(EntityTypeRequest) },
     responses: {
       200: jsonResponse(EntityType, 'The updated entity type'),
@@ -98,7 +98,7 @@ entityTypeRoutes.openapi(
     summary: 'Delete an entity type',
     description:
       'Needs catalog:write. 409 still_referenced while entities of the type exist in any environment of the project, or a relationship type or a cell names it.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityTypeParams },
     responses: {
       200: jsonResponse(EntityTypeDeleted, 'Deleted'),

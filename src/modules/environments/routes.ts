@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { Environment, EnvironmentCreate, EnvironmentDeleted, EnvironmentParams, ProjectParams } from './schemas';
 import { createEnvironment, deleteEnvironment, listEnvironments } from './service';
 
@@ -13,7 +13,7 @@ environmentRoutes.openapi(
     tags: ['Environments'],
     summary: "List a project's environments",
     description: 'A token pinned to an environment sees only that environment. Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams },
     responses: {
       200: jsonResponse(z.array(Environment), 'Environments, by name'),
@@ -33,7 +33,7 @@ environmentRoutes.openapi(
     tags: ['Environments'],
     summary: 'Create an environment',
     description: 'Needs catalog:write and a token not pinned to an environment.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams, body: jsonBody(EnvironmentCreate) },
     responses: {
       201: jsonResponse(Environment, 'The new environment'),
@@ -54,7 +54,7 @@ environmentRoutes.openapi(
     summary: 'Delete an environment and its runtime data',
     description:
       'The `default` environment is never deleted (400 default_environment_protected). Tokens pinned to the deleted environment are deleted with it.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvironmentParams },
     responses: {
       200: jsonResponse(EnvironmentDeleted, 'Deleted'),

@@ -1,8 +1,8 @@
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
-import { Organization, OrganizationCreate, OrgRefParam } from './schemas';
-import { createOrg, getOrg } from './service';
+import { BearerSecurity, errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
+import { Organization, OrganizationCreate, OrganizationDeleted, OrganizationMembership, OrgRefParam } from './schemas';
+import { createOrg, deleteOrg, getOrg, listMyOrgs } from './service';
 
 export const orgRoutes = new OpenAPIHono<AppEnv>();
 
@@ -37,4 +37,39 @@ orgRoutes.openapi(
     },
   }),
   async (c) => c.json(await getOrg(c.var.services, c.req.valid('param').id), 200),
+);
+
+orgRoutes.openapi(
+  createRoute({
+    method: 'get',
+    path: '/orgs',
+    tags: ['Organizations'],
+    summary: "The signed-in user's organizations, with its role in each",
+    description:
+      'Organizations the user is a member of, deleted ones excepted, by slug. Needs a user session: a service token gets 401 (it belongs to one organization, which it names in its paths).',
+    security: UserSessionSecurity,
+    responses: {
+      200: jsonResponse(z.array(OrganizationMembership), "The user's organizations"),
+      ...errorResponses(401),
+    },
+  }),
+  async (c) => c.json(await listMyOrgs(c.var.services), 200),
+);
+
+orgRoutes.openapi(
+  createRoute({
+    method: 'delete',
+    path: '/orgs/{id}',
+    tags: ['Organizations'],
+    summary: 'Delete an organization (soft delete)',
+    description:
+      'Owner only. The organization is 404 everywhere afterwards and its slug stays taken (POST /orgs with it is 409). Needs a user session: a service token gets 401.',
+    security: UserSessionSecurity,
+    request: { params: OrgRefParam },
+    responses: {
+      200: jsonResponse(OrganizationDeleted, 'Deleted'),
+      ...errorResponses(401, 403, 404),
+    },
+  }),
+  async (c) => c.json(await deleteOrg(c.var.services, c.req.valid('param').id), 200),
 );

@@ -1,12 +1,16 @@
 import type { z } from '@hono/zod-openapi';
-import { loadOrg, type OrgRow } from '../../auth/access';
+import { and, asc, eq, isNull } from 'drizzle-orm';
+import { loadOrg, requirePermission, type OrgRow } from '../../auth/access';
 import { callerPrincipal } from '../../auth/caller';
+import { requireUserSession } from '../../auth/memberships';
+import { roleAllows } from '../../auth/permissions';
 import type { ServiceContext } from '../../context';
 import { orgMembers, orgs } from '../../db/schema';
 import { actorOf, recordAudit } from '../audit/service';
 import { ApiError } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
-import type { Organization, OrganizationCreate } from './schemas';
+import { actorRoleUnderLock, lockOrganization } from '../members/service';
+import type { Organization, OrganizationCreate, OrganizationDeleted, OrganizationMembership } from './schemas';
 
 export const toOrganization = (org: OrgRow): z.infer<typeof Organization> => ({
   id: org.id,
@@ -53,4 +57,48 @@ export async function createOrg(
 
 export async function getOrg(ctx: ServiceContext, ref: string): Promise<z.infer<typeof Organization>> {
   return toOrganization(await loadOrg(ctx, ref));
+}
+
+/**
+ * GET /orgs: the organizations the signed-in user belongs to, with its role
+ * (for the CLI's organization picker). Suspended ones are listed too — the
+ * membership is the user's to know; their resources answer 403 — deleted
+ * ones are not. Session only (docs/people/members.md).
+ */
+export async function listMyOrgs(ctx: ServiceContext): Promise<z.infer<typeof OrganizationMembership>[]> {
+  const user = requireUserSession(ctx);
+  const rows = await ctx.db
+    .select({ org: orgs, role: orgMembers.role })
+    .from(orgMembers)
+    .innerJoin(orgs, eq(orgs.id, orgMembers.orgId))
+    .where(and(eq(orgMembers.userId, user.userId), isNull(orgs.deletedAt)))
+    .orderBy(asc(orgs.slug));
+  return rows.map((row) => ({ ...toOrganization(row.org), role: row.role }));
+}
+
+/**
+ * DELETE /orgs/{id}: owners only, a soft delete (orgs.deleted_at). Every
+ * lookup skips deleted organizations, so from the commit on it is 404 to
+ * everyone, its tokens included; its slug stays taken (the unique index
+ * covers deleted rows), so POST /orgs with it is 409. Takes the membership
+ * lock, so it cannot interleave with a role change or a removal.
+ */
+export async function deleteOrg(ctx: ServiceContext, ref: string): Promise<z.infer<typeof OrganizationDeleted>> {
+  const actor = requireUserSession(ctx);
+  const org = await loadOrg(ctx, ref);
+  requirePermission(ctx.caller, 'org:delete');
+  await ctx.db.transaction(async (tx) => {
+    await lockOrganization(tx, org);
+    const role = await actorRoleUnderLock(tx, org, actor);
+    if (!roleAllows(role, 'org:delete')) throw new ApiError('forbidden', 'only an owner can delete the organization');
+    await tx.update(orgs).set({ deletedAt: ctx.clock.now() }).where(eq(orgs.id, org.id));
+    await recordAudit(tx, {
+      action: 'org.deleted',
+      actor: actorOf(actor),
+      orgId: org.id,
+      target: { type: 'org', id: org.id },
+      data: { slug: org.slug, name: org.name },
+    });
+  });
+  return { deleted: true, id: org.id };
 }

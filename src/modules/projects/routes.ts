@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { OrgProjectsParam, Project, ProjectCreate } from './schemas';
 import { createProject, listProjects } from './service';
 
@@ -13,7 +13,7 @@ projectRoutes.openapi(
     tags: ['Projects'],
     summary: 'List the projects of an organization',
     description: 'Admin and owner tokens see every project of their organization; other tokens see their own.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: OrgProjectsParam },
     responses: {
       200: jsonResponse(z.array(Project), 'Projects, by slug'),
@@ -30,7 +30,7 @@ projectRoutes.openapi(
     tags: ['Projects'],
     summary: 'Create a project and its `default` environment',
     description: 'Needs an admin or owner token of the organization (or bootstrap mode).',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: OrgProjectsParam, body: jsonBody(ProjectCreate) },
     responses: {
       201: jsonResponse(Project, 'The new project'),

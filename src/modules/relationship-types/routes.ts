@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import {
   ProjectParams,
   RelationshipType,
@@ -27,7 +27,7 @@ relationshipTypeRoutes.openapi(
     tags: TAGS,
     summary: "List a project's relationship types",
     description: 'Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams },
     responses: {
       200: jsonResponse(z.array(RelationshipType), 'Relationship types, by name'),
@@ -48,7 +48,7 @@ relationshipTypeRoutes.openapi(
     summary: 'Create a relationship type',
     description:
       'Needs catalog:write. `from` and `to` must name entity types of the project (400 invalid_reference). A name already taken is 409 already_exists.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: ProjectParams, body: jsonBody(RelationshipTypeRequest) },
     responses: {
       201: jsonResponse(RelationshipType, 'The new relationship type'),
@@ -68,7 +68,7 @@ relationshipTypeRoutes.openapi(
     tags: TAGS,
     summary: 'Get a relationship type',
     description: 'Needs catalog:read.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RelationshipTypeParams },
     responses: {
       200: jsonResponse(RelationshipType, 'The relationship type'),
@@ -89,7 +89,7 @@ relationshipTypeRoutes.openapi(
     summary: 'Replace a relationship type',
     description:
       "Needs catalog:write. The body replaces the whole definition: omitted fields return to their defaults. The body's `name` must equal the path's (types are not renamed). While relationships of the type exist, `from`, `to` and `cardinality` cannot change and no state in use can be removed (409 still_referenced).",
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RelationshipTypeParams, body: jsonBody(RelationshipTypeRequest) },
     responses: {
       200: jsonResponse(RelationshipType, 'The updated relationship type'),
@@ -109,7 +109,7 @@ relationshipTypeRoutes.openapi(
     tags: TAGS,
     summary: 'Delete a relationship type and its relationships',
     description: 'Needs catalog:write. The relationships of the type, in every environment, are deleted with it.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RelationshipTypeParams },
     responses: {
       200: jsonResponse(RelationshipTypeDeleted, 'Deleted'),

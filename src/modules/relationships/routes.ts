@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
 import { EnvParams } from '../entities/schemas';
 import {
@@ -39,7 +39,7 @@ relationshipRoutes.openapi(
       "Needs data:write. `from` and `to` name entities of this environment whose types are the relationship type's (400 type_mismatch). " +
       "`state` defaults to the type's first state. The type's cardinality is enforced (409 cardinality_violation); " +
       'the same type and pair twice is 409 already_exists. A cell-scoped token needs at least one end in its cells (403 cell_scope_violation).',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, body: jsonBody(RelationshipCreate) },
     responses: {
       201: jsonResponse(Relationship, 'The new relationship'),
@@ -61,7 +61,7 @@ relationshipRoutes.openapi(
     description:
       'Needs data:read. Oldest first; keyset pages: the next page is announced by `X-Next-Cursor` and `Link: rel="next"`. ' +
       `Filters naming no existing type or entity match nothing. ${CELL_SCOPE_NOTE}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvParams, query: RelationshipListQuery },
     responses: {
       200: {
@@ -89,7 +89,7 @@ relationshipRoutes.openapi(
     tags: TAGS,
     summary: 'Get a relationship',
     description: `Needs data:read. ${CELL_SCOPE_NOTE}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RelationshipParams },
     responses: {
       200: jsonResponse(Relationship, 'The relationship'),
@@ -111,7 +111,7 @@ relationshipRoutes.openapi(
     description:
       'Needs data:write. Each field given replaces the stored one; the type and both ends are immutable. ' +
       `A state outside the type's states is 400 invalid_state. ${CELL_SCOPE_NOTE}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RelationshipParams, body: jsonBody(RelationshipUpdate) },
     responses: {
       200: jsonResponse(Relationship, 'The updated relationship'),
@@ -131,7 +131,7 @@ relationshipRoutes.openapi(
     tags: TAGS,
     summary: 'Delete a relationship',
     description: `Needs data:write. ${CELL_SCOPE_NOTE}`,
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: RelationshipParams },
     responses: {
       200: jsonResponse(RelationshipDeleted, 'Deleted'),
@@ -153,7 +153,7 @@ relationshipRoutes.openapi(
     description:
       'Needs data:read. Both directions, oldest first; each row is the Relationship plus `fromEntityName` and `toEntityName`. ' +
       '404 when the entity does not exist or is outside the cell-scoped token’s cells.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EntityRelationshipsParams },
     responses: {
       200: jsonResponse(z.array(EntityRelationship), "The entity's relationships"),

@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { Secret } from '../../secret';
 import { EnvironmentSecretsParams, SecretDeleted, SecretInfo, SecretParams, SecretPut } from './schemas';
 import { deleteSecret, listSecrets, putSecret } from './service';
@@ -14,7 +14,7 @@ secretRoutes.openapi(
     tags: ['Secrets'],
     summary: "List an environment's secrets (names only)",
     description: 'Names and timestamps, by name; values are never returned. Needs tokens:manage; a token pinned to another environment gets 403.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: EnvironmentSecretsParams },
     responses: {
       200: jsonResponse(z.array(SecretInfo), 'Secrets, by name'),
@@ -35,7 +35,7 @@ secretRoutes.openapi(
     summary: 'Create or replace a secret',
     description:
       'Stores the value AES-256-GCM encrypted, bound to this environment and name. 201 when the secret is created, 200 when an existing one is replaced. The value is never returned. Needs tokens:manage; a token pinned to another environment gets 403.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: SecretParams, body: jsonBody(SecretPut) },
     responses: {
       200: jsonResponse(SecretInfo, 'Replaced'),
@@ -58,7 +58,7 @@ secretRoutes.openapi(
     tags: ['Secrets'],
     summary: 'Delete a secret',
     description: 'Needs tokens:manage; a token pinned to another environment gets 403. 404 when the secret does not exist.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: SecretParams },
     responses: {
       200: jsonResponse(SecretDeleted, 'Deleted'),

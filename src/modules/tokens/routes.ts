@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { BearerSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { MintedServiceToken, ServiceToken, ServiceTokenCreate, ServiceTokenRevoked, TokenParams, TokenProjectParams } from './schemas';
 import { listTokens, mintToken, revokeToken } from './service';
 
@@ -16,7 +16,7 @@ tokenRoutes.openapi(
     summary: 'Mint a service token',
     description:
       'Needs tokens:manage. The raw token is in this response only. A token cannot mint a higher role, another environment or cells outside its own scopes. The first mint on a fresh deployment closes bootstrap mode.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: TokenProjectParams, body: jsonBody(ServiceTokenCreate) },
     responses: {
       201: jsonResponse(MintedServiceToken, 'The token, shown once'),
@@ -37,7 +37,7 @@ tokenRoutes.openapi(
     summary: "List a project's live tokens (never their values)",
     description:
       'Needs tokens:manage. Lists only the tokens the caller could have minted: a role it covers, its own environment when it is pinned, cells within its own when it is cell-scoped.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: TokenProjectParams },
     responses: {
       200: jsonResponse(z.array(ServiceToken), 'Tokens not revoked, oldest first'),
@@ -58,7 +58,7 @@ tokenRoutes.openapi(
     summary: 'Revoke a token, effective at once',
     description:
       'Needs tokens:manage. A token revokes only a token it could have minted: a higher role, another (or no) environment pin, or cells beyond its own scopes are 403. A token that does not exist or is already revoked is 404.',
-    security: BearerSecurity,
+    security: TokenOrSessionSecurity,
     request: { params: TokenParams },
     responses: {
       200: jsonResponse(ServiceTokenRevoked, 'Revoked'),

@@ -1,7 +1,12 @@
 import { routeKey } from '../security-matrix/route';
+import { GRAPH_VIEWS_PEOPLE_ROUTES } from './graph-views';
+import { MEMBERS_PEOPLE_ROUTES } from './members';
 import type { PeopleRoute } from './route';
 
 export { freshName, type PeopleRoute, type PeopleWorld } from './route';
 
 /** Every route a user session may call, a file per module. */
-export const PEOPLE_ROUTES: (PeopleRoute & { name: string })[] = [].map((route: PeopleRoute) => ({ ...route, name: routeKey(route) }));
+export const PEOPLE_ROUTES: (PeopleRoute & { name: string })[] = [...MEMBERS_PEOPLE_ROUTES, ...GRAPH_VIEWS_PEOPLE_ROUTES].map((route) => ({
+  ...route,
+  name: routeKey(route),
+}));

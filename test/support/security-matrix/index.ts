@@ -5,6 +5,7 @@ import { CHANGES_ROUTES } from './changes';
 import { ENTITIES_ROUTES } from './entities';
 import { ENTITY_TYPES_ROUTES } from './entity-types';
 import { FOUNDATION_ROUTES } from './foundation';
+import { GRAPH_VIEWS_ROUTES } from './graph-views';
 import { RELATIONSHIP_TYPES_ROUTES } from './relationship-types';
 import { RELATIONSHIPS_ROUTES } from './relationships';
 import { routeKey, type SecuredRoute } from './route';
@@ -30,5 +31,6 @@ export const SECURED_ROUTES: (SecuredRoute & { name: string })[] = [
   ...ACTION_RUNS_ROUTES,
   ...SECRETS_ROUTES,
   ...CHANGES_ROUTES,
+  ...GRAPH_VIEWS_ROUTES,
   // `name` for test titles (`it.each(SECURED_ROUTES)('$name …')`): the route key
 ].map((route) => ({ ...route, name: routeKey(route) }));

@@ -137,4 +137,25 @@ describe('membership races', () => {
       }
     }
   });
+
+  it('a personal token minted while its user is demoted never outranks the new role', async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const org = await twoOwners();
+      const project = await api.call('POST', `${org.path}/projects`, { token: a.token, body: { name: 'P', slug: 'p' } });
+      expect(project.status).toBe(201);
+      const [demoted, minted] = await Promise.all([
+        api.call('PATCH', `${org.path}/users/${b.id}`, { token: a.token, body: { role: 'member' } }),
+        api.call('POST', `${org.path}/projects/p/tokens`, { token: b.token, body: { name: 'mine', role: 'owner', personal: true } }),
+      ]);
+      expect(demoted.status).toBe(200);
+      // either the mint came first (and the demotion lowered its token) or it saw the demotion (403)
+      if (minted.status === 201) {
+        const listed = await api.call('GET', `${org.path}/projects/p/tokens`, { token: a.token });
+        const token = listed.body.find((row: { id: string }) => row.id === minted.body.id);
+        expect(token.role, `round ${round}`).toBe('member');
+      } else {
+        expect(minted.status, `round ${round}: ${JSON.stringify(minted.body)}`).toBe(403);
+      }
+    }
+  });
 });

@@ -5,7 +5,8 @@ import { roleCovers, type Role } from '../../auth/permissions';
 import { generateServiceToken, hashServiceToken } from '../../auth/service-token';
 import type { Grants } from '../../auth/grants';
 import type { ServiceContext } from '../../context';
-import { environments, serviceTokens, systemState } from '../../db/schema';
+import { environments, orgMembers, orgs, serviceTokens, systemState } from '../../db/schema';
+import type { Tx } from '../../db/client';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import { actorOf, recordAudit } from '../audit/service';
@@ -112,6 +113,8 @@ export async function mintToken(
   const { token, prefix } = generateServiceToken();
   const tokenHash = hashServiceToken(token);
   const row = await ctx.db.transaction(async (tx) => {
+    // a user mints as its membership stands now: a demotion committed since the request began wins (members/service.ts locks the organization row the same way)
+    if (principal.kind === 'user-session') await assertMembershipStillCovers(tx, project.orgId, principal.userId, { role: input.role, envName, cellScopes });
     const [state] = await tx.select().from(systemState).for('update');
     if (principal.kind === 'bootstrap' && state?.bootstrapClosedAt) {
       throw unauthorized('bootstrap mode is closed: a token has been minted; authenticate with a token');
@@ -191,4 +194,27 @@ export async function revokeToken(ctx: ServiceContext, ref: ProjectRef, id: stri
   });
   ctx.logger.info('service token revoked', { requestId: ctx.requestId, tokenId: id, projectId: project.id });
   return { revoked: true, id };
+}
+
+/**
+ * Inside the mint's transaction: the minting user's role, read under a
+ * share lock of the organization row (which every membership change takes
+ * exclusively first), still covers the token. Without it, a mint racing a
+ * demotion could store a personal token above the user's new role.
+ */
+async function assertMembershipStillCovers(
+  tx: Tx,
+  orgId: string,
+  userId: string,
+  target: { role: Role; envName: string | null; cellScopes: readonly string[] },
+): Promise<void> {
+  await tx.select({ id: orgs.id }).from(orgs).where(eq(orgs.id, orgId)).for('share');
+  const [member] = await tx
+    .select({ role: orgMembers.role })
+    .from(orgMembers)
+    .where(and(eq(orgMembers.orgId, orgId), eq(orgMembers.userId, userId)));
+  if (!member) throw notFound('organization');
+  const grants: Grants = { scope: 'organization', orgId, role: member.role, envId: null, envName: null, cellScopes: [] };
+  const refusal = exceedsCaller(grants, 'mint', target);
+  if (refusal) throw new ApiError('forbidden', refusal);
 }

@@ -8,6 +8,7 @@ import { environmentSecrets } from '../../db/schema';
 import { notFound } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
 import type { Secret } from '../../secret';
+import { actorOf, recordAudit } from '../audit/service';
 import type { SecretInfo } from './schemas';
 
 /**
@@ -46,7 +47,8 @@ export async function listSecrets(ctx: ServiceContext, ref: EnvRef): Promise<Inf
 /**
  * Creates or replaces a secret. Either way the value is sealed afresh (new
  * IV). One INSERT … ON CONFLICT settles the race between two first PUTs;
- * `xmax = 0` in RETURNING tells an inserted row from an updated one.
+ * `xmax = 0` in RETURNING tells an inserted row from an updated one. The
+ * audit event (names only) commits with the write, or neither does.
  */
 export async function putSecret(
   ctx: ServiceContext,
@@ -62,25 +64,53 @@ export async function putSecret(
     name,
   });
   const now = ctx.clock.now();
-  const [row] = await ctx.db
-    .insert(environmentSecrets)
-    .values({ orgId: env.orgId, projectId: env.projectId, envId: env.id, name, sealed, createdAt: now, updatedAt: now })
-    .onConflictDoUpdate({
-      target: [environmentSecrets.envId, environmentSecrets.name],
-      set: { sealed, updatedAt: now },
-    })
-    .returning({ ...infoColumns, created: sql<boolean>`(xmax = 0)` });
-  return { secret: toInfo(row!), created: row!.created };
+  const row = await ctx.db.transaction(async (tx) => {
+    const [written] = await tx
+      .insert(environmentSecrets)
+      .values({ orgId: env.orgId, projectId: env.projectId, envId: env.id, name, sealed, createdAt: now, updatedAt: now })
+      .onConflictDoUpdate({
+        target: [environmentSecrets.envId, environmentSecrets.name],
+        set: { sealed, updatedAt: now },
+      })
+      .returning({ ...infoColumns, id: environmentSecrets.id, created: sql<boolean>`(xmax = 0)` });
+    await auditSecret(ctx, tx, 'secret.put', env, { id: written!.id, name }, { created: written!.created });
+    return written!;
+  });
+  return { secret: toInfo(row), created: row.created };
 }
 
 export async function deleteSecret(ctx: ServiceContext, ref: EnvRef, name: string): Promise<{ deleted: true; name: string }> {
   const { env } = await authorizeEnvironment(ctx, ref, 'tokens:manage');
-  const deleted = await ctx.db
-    .delete(environmentSecrets)
-    .where(and(eq(environmentSecrets.envId, env.id), eq(environmentSecrets.name, name)))
-    .returning({ id: environmentSecrets.id });
-  if (deleted.length === 0) throw notFound(`secret "${name}"`);
+  await ctx.db.transaction(async (tx) => {
+    const [deleted] = await tx
+      .delete(environmentSecrets)
+      .where(and(eq(environmentSecrets.envId, env.id), eq(environmentSecrets.name, name)))
+      .returning({ id: environmentSecrets.id });
+    if (!deleted) throw notFound(`secret "${name}"`);
+    await auditSecret(ctx, tx, 'secret.deleted', env, { id: deleted.id, name });
+  });
   return { deleted: true, name };
+}
+
+/**
+ * The audit event of a secret write, in its transaction: who, which
+ * environment, which name. Never the value, sealed or not.
+ */
+async function auditSecret(
+  ctx: ServiceContext,
+  tx: Queryable,
+  action: 'secret.put' | 'secret.deleted',
+  env: { orgId: string; projectId: string; id: string; name: string },
+  secret: { id: string; name: string },
+  extra: Record<string, unknown> = {},
+): Promise<void> {
+  await recordAudit(tx, {
+    action,
+    actor: actorOf(ctx.caller.principal),
+    orgId: env.orgId,
+    target: { type: 'secret', id: secret.id },
+    data: { projectId: env.projectId, envId: env.id, envName: env.name, name: secret.name, ...extra },
+  });
 }
 
 /**

@@ -59,7 +59,7 @@ function redactSessions(value: unknown): unknown {
 }
 
 async function asApiError(response: Response): Promise<Response> {
-  if (!isJson(response)) return response;
+  if (!isJson(response)) return bodilessAsApiError(response);
   const text = await response.text();
   let body: { code?: unknown; message?: unknown; error?: unknown } = {};
   try {
@@ -72,6 +72,21 @@ async function asApiError(response: Response): Promise<Response> {
   const headers = new Headers(response.headers);
   headers.delete('content-length');
   return new Response(JSON.stringify({ error: message, code }), { status: response.status, headers });
+}
+
+/**
+ * An error Better Auth answers without a body — its router's 404 for a path
+ * no endpoint serves, e.g. the SSO endpoints in `oss` mode (SPEC: 404) —
+ * gets the API's error body too. A non-JSON error with a body passes as is.
+ */
+async function bodilessAsApiError(response: Response): Promise<Response> {
+  const text = response.body ? await response.text() : '';
+  if (text.length > 0) return new Response(text, response);
+  const headers = new Headers(response.headers);
+  headers.set('content-type', 'application/json');
+  headers.delete('content-length');
+  const error = response.status === 404 ? 'no such auth endpoint' : response.statusText || 'request refused';
+  return new Response(JSON.stringify({ error, code: defaultCode(response.status) }), { status: response.status, headers });
 }
 
 const defaultCode = (status: number): string =>

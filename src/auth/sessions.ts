@@ -1,10 +1,14 @@
-import { sso } from '@better-auth/sso';
+import { sso, type SSOOptions } from '@better-auth/sso';
 import { betterAuth } from 'better-auth';
 import { drizzleAdapter } from 'better-auth/adapters/drizzle';
+import { APIError, createAuthMiddleware } from 'better-auth/api';
 import { bearer } from 'better-auth/plugins/bearer';
+import { and, eq, isNull, ne } from 'drizzle-orm';
 import type { Config } from '../config';
 import type { Db } from '../db/client';
-import { authSchema } from '../db/schema';
+import { accounts, authSchema, orgMembers, orgs, ssoProviders, users } from '../db/schema';
+import { recordAudit } from '../modules/audit/service';
+import { notify } from '../modules/notifications/notify';
 import type { Logger } from '../logger';
 import type { Mailer } from '../platform';
 import { invitationMessage, passwordResetMessage, verificationMessage } from './mail-templates';
@@ -72,17 +76,34 @@ export function createAuth({ db, config, logger, mailer }: AuthDependencies) {
       },
     },
     databaseHooks: {
+      user: {
+        create: {
+          // SSO: a provider signs up addresses of its own domains only (docs/people/sso.md)
+          before: async (user, context) => {
+            const providerId = ssoCallbackProviderId(context);
+            if (providerId) await assertSsoAddressAllowed(db, providerId, user.email);
+          },
+        },
+      },
+      account: {
+        create: {
+          // SSO: linking a provider's identity to a user who already exists (docs/people/sso.md)
+          before: async (account, context) => {
+            const providerId = ssoCallbackProviderId(context);
+            if (providerId && account.providerId === providerId) await assertSsoLinkAllowed(db, providerId, account.userId);
+          },
+        },
+      },
       session: {
         create: {
           // which provider a session came through decides forceSso (src/auth/memberships.ts)
           before: async (session, context) => {
-            const path = context?.path ?? '';
-            const providerId = path.startsWith('/sso/callback') ? (context?.params as { providerId?: string } | undefined)?.providerId : undefined;
-            return { data: { ...session, ssoProviderId: providerId ?? null } };
+            return { data: { ...session, ssoProviderId: ssoCallbackProviderId(context) ?? null } };
           },
         },
       },
     },
+    hooks: { before: guardSsoEndpoints },
     advanced: {
       cookiePrefix: AUTH_COOKIE_PREFIX,
       database: { generateId: 'uuid' },
@@ -97,7 +118,165 @@ export function createAuth({ db, config, logger, mailer }: AuthDependencies) {
         else logger.warn('auth handler', { message });
       },
     },
-    plugins: [bearer(), ...(config.deployment === 'cloud' ? [sso()] : [])],
+    plugins: [bearer(), ...(config.deployment === 'cloud' ? [sso(ssoOptions(db))] : [])],
+  });
+}
+
+// --- SSO (cloud mode; docs/people/sso.md) -------------------------------------
+
+/**
+ * The plugin's endpoints that manage providers. Cellplane's own routes do
+ * that (POST/DELETE /orgs/{id}/sso-providers, src/modules/sso), because who
+ * may is an organization role the plugin cannot see: over HTTP these answer
+ * 404, as paths that are not mounted do. The services still call them
+ * in-process (`auth.api.registerSSOProvider`), after their own checks.
+ */
+const SSO_MANAGEMENT_PATHS = new Set([
+  '/sso/register',
+  '/sso/providers',
+  '/sso/get-provider',
+  '/sso/update-provider',
+  '/sso/delete-provider',
+  '/sso/request-domain-verification',
+  '/sso/verify-domain',
+]);
+
+const guardSsoEndpoints = createAuthMiddleware(async (ctx) => {
+  // ctx.request is set for HTTP requests only, not for in-process auth.api calls
+  if (ctx.request && SSO_MANAGEMENT_PATHS.has(ctx.path)) {
+    throw new APIError('NOT_FOUND', { message: `no route for ${ctx.request.method} ${new URL(ctx.request.url).pathname}` });
+  }
+  // the plugin would look the slug up in the organization plugin's table, which Cellplane does not have
+  if (ctx.path === '/sign-in/sso' && (ctx.body as { organizationSlug?: unknown } | undefined)?.organizationSlug !== undefined) {
+    throw new APIError('BAD_REQUEST', { message: 'organizationSlug is not supported: sign in with providerId, domain or email' });
+  }
+});
+
+/** The provider whose callback (OIDC) or assertion endpoint (SAML) is running, from Better Auth's endpoint context. */
+export function ssoCallbackProviderId(context: { path?: string; params?: unknown } | null | undefined): string | undefined {
+  const path = context?.path ?? '';
+  if (!path.startsWith('/sso/callback/') && !path.startsWith('/sso/saml2/sp/acs/')) return undefined;
+  const providerId = (context?.params as { providerId?: unknown } | undefined)?.providerId;
+  return typeof providerId === 'string' ? providerId : undefined;
+}
+
+function ssoOptions(db: Db): SSOOptions {
+  return {
+    // who may register is decided per organization by src/modules/sso, not per user
+    providersLimit: Number.POSITIVE_INFINITY,
+    // a provider's email_verified verifies the address (DECISIONS §8), for addresses of its own domains only
+    trustEmailVerified: true,
+    // the plugin's provisioning writes the organization plugin's tables; provisionUser writes Cellplane's
+    organizationProvisioning: { disabled: true },
+    provisionUser: async ({ user, provider }) => {
+      if (provider.organizationId) await joinProviderOrganization(db, { userId: user.id, orgId: provider.organizationId, providerId: provider.providerId });
+    },
+  };
+}
+
+const ssoRefusal = (code: string, message: string) => new APIError('FORBIDDEN', { code, message });
+
+/** Whether an address belongs to one of a provider's domains (comma-separated), subdomains included. */
+function addressInDomains(email: string, domains: string): boolean {
+  const host = email.slice(email.lastIndexOf('@') + 1).toLowerCase();
+  return domains
+    .split(',')
+    .map((domain) => domain.trim().toLowerCase())
+    .some((domain) => domain !== '' && (host === domain || host.endsWith(`.${domain}`)));
+}
+
+async function providerOf(db: Db, providerId: string) {
+  const [provider] = await db
+    .select({ domain: ssoProviders.domain, organizationId: ssoProviders.organizationId })
+    .from(ssoProviders)
+    .where(eq(ssoProviders.providerId, providerId))
+    .limit(1);
+  if (!provider) throw ssoRefusal('SSO_PROVIDER_NOT_FOUND', `SSO provider "${providerId}" not found`);
+  return provider;
+}
+
+/**
+ * An organization's provider speaks for the addresses of its own domains
+ * only: it may not sign anyone else up, nor have its email_verified taken
+ * for an address it does not own.
+ */
+async function assertSsoAddressAllowed(db: Db, providerId: string, email: string): Promise<void> {
+  const provider = await providerOf(db, providerId);
+  if (!addressInDomains(email, provider.domain)) {
+    throw ssoRefusal('SSO_EMAIL_OUTSIDE_DOMAIN', `SSO provider "${providerId}" may only sign in addresses of ${provider.domain}`);
+  }
+}
+
+/**
+ * Linking a provider's identity to a user who already exists (Better Auth
+ * does so when both the provider and the user's own record say the address
+ * is verified). Besides the domain rule, the user must already be a member
+ * of the provider's organization: an organization's admin, who registers its
+ * provider, must not be able to sign in as users of other organizations —
+ * or as a super-admin — by claiming their domain. A user with no account
+ * yet is the one this callback has just signed up (its account comes next).
+ */
+async function assertSsoLinkAllowed(db: Db, providerId: string, userId: string): Promise<void> {
+  const provider = await providerOf(db, providerId);
+  const [user] = await db.select({ email: users.email }).from(users).where(eq(users.id, userId)).limit(1);
+  if (!user) return;
+  await assertSsoAddressAllowed(db, providerId, user.email);
+  const [otherAccount] = await db
+    .select({ id: accounts.id })
+    .from(accounts)
+    .where(and(eq(accounts.userId, userId), ne(accounts.providerId, providerId)))
+    .limit(1);
+  if (!otherAccount) return;
+  const [membership] = provider.organizationId
+    ? await db
+        .select({ role: orgMembers.role })
+        .from(orgMembers)
+        .where(and(eq(orgMembers.orgId, provider.organizationId), eq(orgMembers.userId, userId)))
+        .limit(1)
+    : [];
+  if (!membership) {
+    throw ssoRefusal(
+      'SSO_ACCOUNT_NOT_LINKABLE',
+      `this address already has an account that is not a member of the organization of SSO provider "${providerId}": an admin adds it first`,
+    );
+  }
+}
+
+/**
+ * A user signed up through an organization's provider joins that
+ * organization as `member` (docs/people/sso.md), told and audited in one
+ * transaction. Only at sign-up: an existing user keeps its memberships as
+ * they are, so a member removed by an admin stays removed.
+ */
+async function joinProviderOrganization(db: Db, join: { userId: string; orgId: string; providerId: string }): Promise<void> {
+  await db.transaction(async (tx) => {
+    const [org] = await tx
+      .select({ id: orgs.id, name: orgs.name, slug: orgs.slug })
+      .from(orgs)
+      .where(and(eq(orgs.id, join.orgId), isNull(orgs.deletedAt)))
+      .limit(1);
+    if (!org) return;
+    const [added] = await tx
+      .insert(orgMembers)
+      .values({ orgId: org.id, userId: join.userId, role: 'member' })
+      .onConflictDoNothing()
+      .returning({ userId: orgMembers.userId });
+    if (!added) return;
+    await notify(tx, {
+      userId: join.userId,
+      orgId: org.id,
+      kind: 'org.member_added',
+      title: `You joined ${org.name}`,
+      body: `Signing in through ${org.name}'s SSO provider made you a member of ${org.name}.`,
+      data: { orgId: org.id, orgSlug: org.slug, role: 'member', via: 'sso', providerId: join.providerId },
+    });
+    await recordAudit(tx, {
+      action: 'member.added',
+      actor: { type: 'user', id: join.userId },
+      orgId: org.id,
+      target: { type: 'user', id: join.userId },
+      data: { role: 'member', via: 'sso', providerId: join.providerId },
+    });
   });
 }
 

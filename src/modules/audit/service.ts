@@ -21,7 +21,9 @@ export type AuditAction =
   | 'token.revoked'
   | 'secret.put'
   | 'secret.deleted'
+  | 'sso.registered'
   | 'sso.updated'
+  | 'sso.deleted'
   | 'project.nuked'
   | 'github-dispatch-attempted'
   | 'github.installation_repositories';

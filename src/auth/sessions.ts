@@ -3,7 +3,7 @@ import { betterAuth } from 'better-auth';
 import { drizzleAdapter } from 'better-auth/adapters/drizzle';
 import { APIError, createAuthMiddleware } from 'better-auth/api';
 import { bearer } from 'better-auth/plugins/bearer';
-import { and, eq, isNull, ne } from 'drizzle-orm';
+import { and, eq, isNotNull, isNull, ne } from 'drizzle-orm';
 import type { Config } from '../config';
 import type { Db } from '../db/client';
 import { accounts, authSchema, orgMembers, orgs, ssoProviders, users } from '../db/schema';
@@ -19,7 +19,7 @@ export const AUTH_BASE_PATH = '/api/auth';
 /** The cookie names start with this: `cellplane.session_token`. */
 export const AUTH_COOKIE_PREFIX = 'cellplane';
 
-/** A password-reset link that is an invitation carries this query parameter (members/service.ts). */
+/** Where an invitation lands, as a query parameter of its link: the organization that invited (members/service.ts). */
 export const INVITATION_MARKER = 'invitation';
 
 export interface AuthDependencies {
@@ -59,8 +59,12 @@ export function createAuth({ db, config, logger, mailer }: AuthDependencies) {
       minPasswordLength: 10,
       // a provisioned member's invitation is a reset link: following it sets the first password
       sendResetPassword: async ({ user, url }) => {
-        const invited = new URL(url).searchParams.get('callbackURL')?.includes(`${INVITATION_MARKER}=`) ?? false;
+        const invited = !(await hasPassword(db, user.id));
         await send(invited ? invitationMessage(user.email, url) : passwordResetMessage(user.email, url));
+      },
+      // the link came by mail to the address: setting a password through it proves the address, as a verification link does
+      onPasswordReset: async ({ user }) => {
+        await db.update(users).set({ emailVerified: true }).where(eq(users.id, user.id));
       },
     },
     emailVerification: {
@@ -293,4 +297,18 @@ export function authFor(dependencies: AuthDependencies): Auth {
   let auth = authByDatabase.get(dependencies.db);
   if (!auth) authByDatabase.set(dependencies.db, (auth = createAuth(dependencies)));
   return auth;
+}
+
+/**
+ * Whether a user has set a password. A reset link sent to one who has not
+ * (a provisioned member, an SSO user) is worded as an invitation: the
+ * wording follows from the account, never from anything the request says.
+ */
+async function hasPassword(db: Db, userId: string): Promise<boolean> {
+  const [row] = await db
+    .select({ id: accounts.id })
+    .from(accounts)
+    .where(and(eq(accounts.userId, userId), eq(accounts.providerId, 'credential'), isNotNull(accounts.password)))
+    .limit(1);
+  return row !== undefined;
 }

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditEvents, graphViews, notifications, orgMembers, serviceTokens, users } from '../../src/db/schema';
 import type { MailMessage } from '../../src/platform';
 import { expectError, uniqueSlug } from '../support/fixtures';
-import { createTestApi, type TestApi } from '../support/node-app';
+import { createTestApi, TEST_API_BASE_URL, type TestApi } from '../support/node-app';
 import { createUserTenant, linkIn, signIn, signUp, type TestUser } from '../support/people';
 import { SmtpSink } from '../support/smtp-sink';
 
@@ -152,6 +152,9 @@ describe('organization members', () => {
       await acceptInvitation(api, linkIn(mail.text), t.org.slug);
 
       const invitee = await signIn(api, { email: address, password: NEW_PASSWORD, name: 'Ivy Invitee' });
+      // the link came to the address by mail: setting the password through it verified the address
+      const [verified] = await api.db.select({ emailVerified: users.emailVerified }).from(users).where(eq(users.id, invitee.id));
+      expect(verified!.emailVerified).toBe(true);
       const mine = await api.call('GET', '/orgs', { token: invitee.token });
       expect(mine.body).toEqual([expect.objectContaining({ id: t.org.id, slug: t.org.slug, role: 'member' })]);
 
@@ -161,6 +164,17 @@ describe('organization members', () => {
       expect(told[0]!.data).toMatchObject({ orgId: t.org.id, role: 'member' });
       const audit = await auditOf(t.org.id, 'member.added');
       expect(audit.find((a) => a.targetId === invitee.id)).toMatchObject({ actorType: 'user', actorId: admin.id, data: { role: 'member', userCreated: true } });
+    });
+
+    it('words a reset as an invitation only for a user who has no password, whatever the request says', async () => {
+      const someone = await signUp(api);
+      const asked = await api.call('POST', '/api/auth/request-password-reset', {
+        body: { email: someone.email, redirectTo: `${TEST_API_BASE_URL}/?invitation=forged` },
+      });
+      expect(asked.status, JSON.stringify(asked.body)).toBe(200);
+      const mail = api.mails.filter((message) => message.to === someone.email).at(-1)!;
+      expect(mail.subject).toMatch(/reset your cellplane password/i);
+      expect(mail.subject).not.toMatch(/invited/i);
     });
 
     it('a used invitation link cannot set the password again', async () => {

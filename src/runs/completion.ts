@@ -5,13 +5,15 @@ import type { Logger } from '../logger';
 import { moveEntityState } from '../modules/entities/state-move';
 import type { Clock } from '../platform';
 import { DELIVERY_PREFIX } from './delivery';
+import { notifyRunOutcomes, type EndedRun } from './run-notifications';
 
 /**
  * The terminal transitions of a run (SPEC "ActionRun status"). Each is one
  * guarded UPDATE ... WHERE status IN (<the states it may leave>), so of a
  * callback, a cancel, a reaper and a failing delivery racing for one run,
  * exactly one moves it; the others find nothing to move. Whoever ends a run
- * also drops its delivery job, in the same transaction.
+ * also drops its delivery job, and notifies the user who triggered it
+ * (./run-notifications.ts), in the same transaction.
  */
 
 export type RunRow = typeof actionRuns.$inferSelect;
@@ -85,12 +87,13 @@ export async function completeRun(
   envId: string,
   result: CallbackResult,
 ): Promise<Transition> {
+  const now = deps.clock.now();
   const completed = await db.transaction(async (tx) => {
     const [run] = await tx
       .update(actionRuns)
       .set({
         status: result.status,
-        completedAt: deps.clock.now(),
+        completedAt: now,
         output: result.output === undefined ? null : result.output,
         error: result.status === 'failed' ? result.error : null,
       })
@@ -108,6 +111,7 @@ export async function completeRun(
         });
       }
     }
+    await notifyRunOutcomes(tx, [run], now);
     return run;
   });
   return completed ? { ok: true, run: completed } : { ok: false, run: await current(db, runId, envId) };
@@ -116,29 +120,59 @@ export async function completeRun(
 /**
  * Active runs past their deadline become failed, in one statement; run
  * twice, or by two reapers at once, it fails each run once. A run still
- * pending never got its trigger delivered, and its error says so.
+ * pending never got its trigger delivered, and its error says so. The
+ * notifications of the reaped runs are written in the same transaction.
  */
 export async function reapTimedOutRuns(db: Db, clock: Clock): Promise<string[]> {
   const now = clock.now();
-  const result = await db.execute(sql`
-    with reaped as (
-      update ${actionRuns}
-      set status = 'failed',
-          completed_at = ${now},
-          error = case when status = 'pending'
-            then ${`${DELIVERY_PREFIX} timed out after `} || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
-              || ' before the trigger could be delivered'
-            else 'timed out after ' || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
-              || ' without a completion'
-          end
-      where status in ('pending', 'running') and timeout_at <= ${now}
-      returning id
-    ), dropped as (
-      delete from ${deliveryJobs} where run_id in (select id from reaped)
-    )
-    select id from reaped`);
-  return (result as unknown as { rows: { id: string }[] }).rows.map((row) => row.id);
+  return db.transaction(async (tx) => {
+    const result = await tx.execute(sql`
+      with reaped as (
+        update ${actionRuns}
+        set status = 'failed',
+            completed_at = ${now},
+            error = case when status = 'pending'
+              then ${`${DELIVERY_PREFIX} timed out after `} || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
+                || ' before the trigger could be delivered'
+              else 'timed out after ' || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
+                || ' without a completion'
+            end
+        where status in ('pending', 'running') and timeout_at <= ${now}
+        returning id, org_id, project_id, env_id, action_name, operation_entity_name, triggered_by, status, error
+      ), dropped as (
+        delete from ${deliveryJobs} where run_id in (select id from reaped)
+      )
+      select * from reaped`);
+    const reaped = (result as unknown as { rows: ReapedRow[] }).rows.map(endedRunOf);
+    await notifyRunOutcomes(tx, reaped, now);
+    return reaped.map((run) => run.id);
+  });
 }
+
+/** A row of the reaper's raw statement: its columns by their SQL names. */
+interface ReapedRow {
+  id: string;
+  org_id: string;
+  project_id: string;
+  env_id: string;
+  action_name: string;
+  operation_entity_name: string | null;
+  triggered_by: string;
+  status: 'failed';
+  error: string | null;
+}
+
+const endedRunOf = (row: ReapedRow): EndedRun => ({
+  id: row.id,
+  orgId: row.org_id,
+  projectId: row.project_id,
+  envId: row.env_id,
+  actionName: row.action_name,
+  operationEntityName: row.operation_entity_name,
+  triggeredBy: row.triggered_by,
+  status: row.status,
+  error: row.error,
+});
 
 /**
  * Worker: a delivery message that failed in the consumer past the queue's
@@ -153,15 +187,18 @@ export async function failDeadLettered(db: Db, clock: Clock, runId: string, atte
       .where(and(eq(deliveryJobs.runId, runId), eq(deliveryJobs.attempt, attempt)))
       .returning({ runId: deliveryJobs.runId });
     if (!job) return false;
+    const now = clock.now();
     const [run] = await tx
       .update(actionRuns)
       .set({
         status: 'failed',
-        completedAt: clock.now(),
+        completedAt: now,
         error: `${DELIVERY_PREFIX} the delivery could not be processed (its queue message was dead-lettered after repeated consumer failures)`,
       })
       .where(and(eq(actionRuns.id, runId), eq(actionRuns.status, 'pending')))
-      .returning({ id: actionRuns.id });
-    return run !== undefined;
+      .returning();
+    if (!run) return false;
+    await notifyRunOutcomes(tx, [run], now);
+    return true;
   });
 }

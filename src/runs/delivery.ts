@@ -9,6 +9,7 @@ import { interpolate, interpolateText, InterpolationError, referencedSecrets, ty
 import { checkOutboundUrl } from './outbound-guard';
 import { buildOutboundRequest, type InterpolatedWebhookTrigger, type OutboundRequest } from './outbound-request';
 import { nextAttempt, type AttemptOutcome } from './retry';
+import { notifyRunOutcomes } from './run-notifications';
 import type { z } from '@hono/zod-openapi';
 
 /**
@@ -346,9 +347,10 @@ type Outcome = {
 
 /**
  * One transaction: the attempt's log row, and the run and the job moved
- * on. Each write is guarded (the job at this attempt, the run still
- * active), so a worker that lost its lease, or a run completed or cancelled
- * meanwhile, changes nothing it should not.
+ * on (a run that fails notifies the user who triggered it). Each write is
+ * guarded (the job at this attempt, the run still active), so a worker that
+ * lost its lease, or a run completed or cancelled meanwhile, changes nothing
+ * it should not.
  */
 async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, outcome: Outcome): Promise<AttemptResult> {
   const now = engine.clock.now();
@@ -381,13 +383,16 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
           .set({ attempt: job.attempt + 1, runAt: outcome.retryAt, leaseUntil: null, dispatchedAt: null })
           .where(thisJob);
         break;
-      case 'failed':
-        await tx
+      case 'failed': {
+        const failed = await tx
           .update(actionRuns)
           .set({ status: 'failed', error: outcome.runError, completedAt: now })
-          .where(and(eq(actionRuns.id, run.id), inArray(actionRuns.status, [...ACTIVE_RUN_STATUSES])));
+          .where(and(eq(actionRuns.id, run.id), inArray(actionRuns.status, [...ACTIVE_RUN_STATUSES])))
+          .returning();
         await tx.delete(deliveryJobs).where(thisJob);
+        await notifyRunOutcomes(tx, failed, now);
         break;
+      }
     }
   });
   const level = outcome.outcome === 'delivered' ? 'info' : 'warn';

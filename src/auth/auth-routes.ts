@@ -16,13 +16,21 @@ export const authHandler =
     try {
       const auth = authFor({ db: lease.db, config: platform.config, logger: platform.logger, mailer: platform.mailer });
       const response = await auth.handler(c.req.raw);
-      return response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
+      const answer = response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
+      return withApiHeaders(answer, { 'X-Request-Id': c.var.requestId, ...c.var.rateLimitHeaders });
     } finally {
       const released = lease.release();
       if (platform.executionContext) c.executionCtx.waitUntil(released);
       else await released;
     }
   };
+
+/** Better Auth builds its own responses: they get the headers every API response carries (request id, rate limit). */
+function withApiHeaders(response: Response, extra: Record<string, string>): Response {
+  const headers = new Headers(response.headers);
+  for (const [name, value] of Object.entries(extra)) headers.set(name, value);
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
 
 const isJson = (response: Response) => (response.headers.get('content-type') ?? '').includes('application/json');
 

@@ -3,10 +3,10 @@ import { eq, sql } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { signCallbackToken } from '../../src/auth/callback-token';
-import { actionRuns, orgMembers } from '../../src/db/schema';
+import { actionRuns, notifications, orgMembers, ssoProviders } from '../../src/db/schema';
 import { createTenant, seedToken } from '../support/fixtures';
 import { createTestApi } from '../support/node-app';
-import { signUp, verifiedUser } from '../support/people';
+import { signIn, signUp, verifiedUser } from '../support/people';
 import { webhookAction } from '../support/run-fixtures';
 import {
   bodyMutation,
@@ -95,7 +95,17 @@ const fixtures = await (async () => {
   const run = await made('POST', `${env}/entities/vm-1/actions/restart`, {}, 202);
   const doomedToken = await made('POST', `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`, { name: 'doomed', role: 'viewer' });
   const tokenId = doomedToken.id as string;
+  const adminTarget = await api.call('POST', '/orgs', { token: person.token, body: { name: 'Suspendable', slug: `${tenant.org.slug}-s` } });
+  expect(adminTarget.status).toBe(201);
   const view = await made('POST', `${proj}/graph-views`, { name: 'fleet', scope: 'project', config: { depth: 2 } });
+  const [notification] = await api.db
+    .insert(notifications)
+    .values({ userId: person.id, orgId: tenant.org.id, kind: 'org.member_added', title: 'You were added' })
+    .returning();
+  const [provider] = await api.db
+    .insert(ssoProviders)
+    .values({ providerId: 'fuzz-idp', issuer: 'https://idp.fuzz.example', domain: 'fuzz.example', organizationId: tenant.org.id })
+    .returning();
   const [runRow] = await api.db.select().from(actionRuns).where(eq(actionRuns.id, run.id));
   const callbackToken = await signCallbackToken(
     api.platform.config.authSecret,
@@ -108,6 +118,10 @@ const fixtures = await (async () => {
     owner,
     /** The Bearer value of the owner's user session: for operations only a user may call. */
     session: person.token,
+    /** Signing out ends a session: the sign-out operation ends this one, not the one the other cases use. */
+    spareSession: (await signIn(api, person)).token,
+    /** The organization the /admin/orgs/{id} operations act on (suspending the tenant would refuse every later case). */
+    adminTarget: adminTarget.body.slug as string,
     callbackToken,
     /** A path parameter's value, by its name ... */
     byParam: {
@@ -135,12 +149,18 @@ const fixtures = await (async () => {
       'action-runs': run.id as string,
       'graph-views': view.id as string,
       users: colleague.id,
+      notifications: notification!.id,
+      preferences: 'ui.theme',
+      'sso-extras': provider!.providerId,
+      'sso-providers': provider!.providerId,
     } as Record<string, string>,
   };
 })();
 
 /** The real resource a path parameter names; a route with a parameter no fixture fills fails here, not silently. */
 function realValue(op: Operation, param: string): string {
+  // the super-admin's organization routes suspend what they name: an organization of their own
+  if (op.path.startsWith('/admin/orgs/{id}')) return fixtures.adminTarget;
   const segments = op.path.split('/');
   const before = segments[segments.indexOf(`{${param}}`) - 1] ?? '';
   const value = fixtures.byParam[param] ?? fixtures.byCollection[before];
@@ -252,6 +272,8 @@ describe('fuzzing every operation of the OpenAPI document', () => {
       base ??= await api.listen();
       const token = op.security.includes('callbackToken')
         ? fixtures.callbackToken
+        : op.path === '/api/auth/sign-out'
+          ? fixtures.spareSession
         : op.security.includes('bearerAuth') || op.security.length === 0
           ? fixtures.owner
           : fixtures.session;

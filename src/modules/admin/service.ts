@@ -28,7 +28,7 @@ import {
 } from '../../db/schema';
 import { notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
-import { recordAudit, type AuditActor } from '../audit/service';
+import { recordAudit, type AuditActor } from '../../db/audit';
 import { isUuid } from '../names';
 import {
   NUKED_TABLES,

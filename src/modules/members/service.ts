@@ -10,7 +10,8 @@ import type { Queryable, Tx } from '../../db/client';
 import { accounts, graphViews, notifications, orgMembers, orgs, serviceTokens, users, type ORG_ROLES } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
-import { actorOf, recordAudit } from '../audit/service';
+import { recordAudit } from '../../db/audit';
+import { actorOf } from '../../auth/actor';
 import { notify } from '../notifications/notify';
 import type { Member, MemberProvision, MemberRemoved, OrganizationLeft } from './schemas';
 

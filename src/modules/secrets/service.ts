@@ -8,7 +8,8 @@ import { environmentSecrets } from '../../db/schema';
 import { notFound } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
 import type { Secret } from '../../secret';
-import { actorOf, recordAudit } from '../audit/service';
+import { recordAudit } from '../../db/audit';
+import { actorOf } from '../../auth/actor';
 import type { SecretInfo } from './schemas';
 
 /**

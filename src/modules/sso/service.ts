@@ -12,7 +12,8 @@ import type { Db, Tx } from '../../db/client';
 import { accounts, sessions, ssoProviders } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
-import { actorOf, recordAudit } from '../audit/service';
+import { recordAudit } from '../../db/audit';
+import { actorOf } from '../../auth/actor';
 import { actorRoleUnderLock, lockOrganization } from '../members/service';
 import type { SsoExtra, SsoProvider, SsoProviderCreate, SsoProviderDeleted } from './schemas';
 

@@ -9,7 +9,8 @@ import { environments, orgMembers, orgs, serviceTokens, systemState } from '../.
 import type { Tx } from '../../db/client';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
-import { actorOf, recordAudit } from '../audit/service';
+import { recordAudit } from '../../db/audit';
+import { actorOf } from '../../auth/actor';
 import type { MintedServiceToken, ServiceToken, ServiceTokenCreate } from './schemas';
 
 type TokenRow = typeof serviceTokens.$inferSelect;

@@ -1,9 +1,11 @@
-import type { Principal } from '../../auth/principal';
-import type { Queryable } from '../../db/client';
-import { auditEvents } from '../../db/schema';
+import type { Queryable } from './client';
+import { auditEvents } from './schema';
 
 /**
  * Control-plane audit events (SPEC Audit events; read by GET /admin/audit).
+ * The one writer of audit rows. It lives beside the schema, as the
+ * notification writer does (./notifications.ts), because the auth layer
+ * (SSO sign-ins) records events too and must not import a module.
  * Always written with the transaction of the change they record, so an
  * event exists exactly when its change committed. Never holds a secret:
  * names and ids only.
@@ -29,22 +31,6 @@ export type AuditAction =
   | 'github.installation_repositories';
 
 export type AuditActor = { type: 'user' | 'token' | 'bootstrap' | 'super-admin' | 'codehost' | 'system'; id: string | null };
-
-/** Who did it, as the audit log names them. */
-export function actorOf(principal: Principal): AuditActor {
-  switch (principal.kind) {
-    case 'user-session':
-      return { type: 'user', id: principal.userId };
-    case 'service-token':
-      return { type: 'token', id: principal.tokenId };
-    case 'bootstrap':
-      return { type: 'bootstrap', id: null };
-    case 'codehost-webhook':
-      return { type: 'codehost', id: principal.deliveryId };
-    case 'run-callback':
-      return { type: 'system', id: principal.runId };
-  }
-}
 
 export interface AuditEntry {
   action: AuditAction;

@@ -21,6 +21,8 @@ export interface WorkerTestBindings {
   API_BASE_URL: string;
   /** Far above what any file sends; rate-limit.test.ts builds its platform with a small one. */
   RATE_LIMIT_PER_MINUTE: string;
+  /** The super-admin of people.test.ts. */
+  SUPER_ADMIN_EMAILS: string;
 }
 
 /** A tenant with an owner token, seeded in the database for the tests that are not about bootstrap mode. */
@@ -72,6 +74,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
       OUTBOUND_ALLOWED_HOSTS: receiver.host,
       API_BASE_URL: 'http://cellplane.test',
       RATE_LIMIT_PER_MINUTE: '1000000',
+      SUPER_ADMIN_EMAILS: 'root@worker.example',
     });
     return teardown;
   } catch (error) {

@@ -1,5 +1,8 @@
 import { exports } from 'cloudflare:workers';
+import { eq } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
+import { users } from '../../src/db/schema';
+import { withDb } from './worker-database';
 
 /**
  * User sessions through the real Worker entry (src/worker.ts) in workerd:
@@ -89,6 +92,55 @@ describe.sequential('the Worker host, user sessions', () => {
     const otherToken = other.headers.get('set-auth-token')!;
     await expectError(await call('GET', `/orgs/${slug}`, { token: otherToken }), 404, 'not_found');
     await expectError(await call('GET', `/${slug}/p/envs`, { token: otherToken }), 404, 'not_found');
+  });
+
+  it('adds a colleague by email, gives roles, and tells the colleague', async () => {
+    const colleague = `colleague-${suffix}@example.com`;
+    const added = await call('POST', `/orgs/${slug}/users`, { token, body: { email: colleague, name: 'Col', role: 'member' } });
+    expect(added.status).toBe(201);
+    const { userId: colleagueId } = (await added.json()) as { userId: string };
+    const changed = await call('PATCH', `/orgs/${slug}/users/${colleagueId}`, { token, body: { role: 'admin' } });
+    expect(changed.status).toBe(200);
+    expect(((await changed.json()) as { role: string }).role).toBe('admin');
+    const members = (await (await call('GET', `/orgs/${slug}/users`, { token })).json()) as { email: string; role: string }[];
+    expect(members.map((m) => [m.email, m.role]).sort()).toEqual([
+      [colleague, 'admin'],
+      [email, 'owner'],
+    ]);
+    // the only owner cannot be removed
+    await expectError(await call('DELETE', `/orgs/${slug}/users/${userId}`, { token }), 400, 'last_owner');
+  });
+
+  it('saves graph views and preferences, and reads notifications', async () => {
+    const view = await call('POST', `/${slug}/p/graph-views`, { token, body: { name: 'Mine', scope: 'user', config: { depth: 2 } } });
+    expect(view.status).toBe(201);
+    const { id } = (await view.json()) as { id: string };
+    expect((await call('PATCH', `/${slug}/p/graph-views/${id}/default`, { token })).status).toBe(200);
+    const fallback = (await (await call('GET', `/${slug}/p/graph-views/default`, { token })).json()) as { id: string; name: string };
+    expect(fallback).toMatchObject({ id, name: 'Mine' });
+    const put = await call('PUT', '/user/preferences/theme', { token, body: { value: { mode: 'dark' } } });
+    expect(put.status).toBe(200);
+    expect(await (await call('GET', '/user/preferences/theme', { token })).json()).toEqual({ value: { mode: 'dark' } });
+    expect((await call('DELETE', '/user/preferences/theme', { token })).status).toBe(204);
+    const notifications = (await (await call('GET', '/notifications', { token })).json()) as { items: unknown[]; unreadCount: number };
+    expect(notifications).toMatchObject({ items: expect.any(Array), unreadCount: expect.any(Number) });
+  });
+
+  it('serves the super-admin plane to a verified listed address only, and suspends with it', async () => {
+    const signedUp = await call('POST', '/api/auth/sign-up/email', { body: { email: 'root@worker.example', password, name: 'Root' } });
+    expect(signedUp.status).toBe(200);
+    const root = signedUp.headers.get('set-auth-token')!;
+    // unverified: not yet a super-admin (the Worker logs its mail; the Node suites follow the real link)
+    await expectError(await call('GET', '/admin/orgs', { token: root }), 403, 'forbidden');
+    await withDb((db) => db.update(users).set({ emailVerified: true }).where(eq(users.email, 'root@worker.example')));
+    expect((await call('GET', '/admin/orgs', { token: root })).status).toBe(200);
+    expect((await call('POST', `/admin/orgs/${slug}/suspend`, { token: root })).status).toBe(200);
+    await expectError(await call('GET', `/orgs/${slug}`, { token }), 403, 'org_suspended');
+    expect((await call('POST', `/admin/orgs/${slug}/unsuspend`, { token: root })).status).toBe(200);
+    expect((await call('GET', `/orgs/${slug}`, { token })).status).toBe(200);
+    const audit = (await (await call('GET', `/admin/audit?action=org.suspended`, { token: root })).json()) as { total: number };
+    expect(audit.total).toBeGreaterThanOrEqual(1);
+    await expectError(await call('GET', '/admin/orgs', { token }), 403, 'forbidden');
   });
 
   it('refuses a forged session token, and a signed-out one', async () => {

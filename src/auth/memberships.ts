@@ -1,5 +1,6 @@
 import { and, eq, sql } from 'drizzle-orm';
-import type { ServiceContext } from '../context';
+import type { MiddlewareHandler } from 'hono';
+import type { AppEnv, ServiceContext } from '../context';
 import type { Queryable } from '../db/client';
 import { orgMembers, ssoProviders } from '../db/schema';
 import { ApiError } from '../http/errors';
@@ -64,3 +65,21 @@ export function requireSuperAdmin(ctx: Pick<ServiceContext, 'callerState' | 'con
   if (!isSuperAdmin(ctx, user)) throw new ApiError('forbidden', 'super-admin only');
   return user;
 }
+
+/**
+ * Route middleware of the user-only routes: who may call is settled before
+ * the request is validated, so a service token gets 401 whatever it sends,
+ * as a missing credential is refused before its body is read elsewhere.
+ * The services check again (requireUserSession): the route is not the only
+ * way in.
+ */
+export const userSessionOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
+  requireUserSession(c.var.services);
+  await next();
+};
+
+/** The same for the super-admin routes: 401 without a session, 403 for any other user, before validation. */
+export const superAdminOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
+  requireSuperAdmin(c.var.services);
+  await next();
+};

@@ -170,6 +170,29 @@ describe('user sessions', () => {
     });
   });
 
+  it('settles who may call a user-only route before reading what is sent: a token with a bad request is 401, not 400', async () => {
+    const user = await signUp(api);
+    const tenant = await createUserTenant(api, user);
+    const minted = await api.call('POST', `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`, {
+      token: user.token,
+      body: { name: 'owner', role: 'owner' },
+    });
+    const bad: [string, string, unknown][] = [
+      ['GET', '/notifications?limit=abc', undefined],
+      ['PUT', '/user/preferences/theme', { value: 'not an object' }],
+      ['POST', `/orgs/${tenant.org.slug}/users`, { email: 'not an address' }],
+      ['PATCH', `/orgs/${tenant.org.slug}/users/${user.id}`, { role: 'emperor' }],
+      ['GET', '/admin/audit?limit=-1', undefined],
+    ];
+    for (const [method, path, body] of bad) {
+      expectError(await api.call(method, path, { token: minted.body.token, body }), 401, 'unauthorized');
+      expectError(await api.call(method, path, { body }), 401, 'unauthorized');
+    }
+    // a signed-in user gets the validation error, and a non-super-admin the 403, as before
+    expectError(await api.call('GET', '/notifications?limit=abc', { token: user.token }), 400, 'validation_failed');
+    expectError(await api.call('GET', '/admin/audit?limit=-1', { token: user.token }), 403, 'forbidden');
+  });
+
   it('keeps service tokens working beside sessions, and bootstrap mode refuses a stale cookie', async () => {
     const fresh = await createTestApi();
     try {

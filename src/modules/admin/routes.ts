@@ -1,3 +1,4 @@
+import { superAdminOnly } from '../../auth/memberships';
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -37,6 +38,7 @@ adminRoutes.openapi(
     summary: 'List every organization',
     description: `Every organization except soft-deleted ones, newest first, with member and project counts. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     responses: {
       200: jsonResponse(AdminOrgList, 'Organizations'),
       ...errorResponses(401, 403),
@@ -53,6 +55,7 @@ adminRoutes.openapi(
     summary: 'Get an organization with its members and projects',
     description: `By id or slug; soft-deleted organizations too (deletedAt set). ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     request: { params: AdminOrgParam },
     responses: {
       200: jsonResponse(AdminOrgDetail, 'The organization'),
@@ -70,6 +73,7 @@ adminRoutes.openapi(
     summary: 'Suspend an organization',
     description: `Its users and tokens then get 403 org_suspended on its resources. Idempotent: suspending a suspended organization keeps its first suspendedAt and records nothing. The transition is audited (org.suspended) in its transaction. A soft-deleted organization is 404. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     request: { params: AdminOrgParam },
     responses: {
       200: jsonResponse(AdminOrgSuspendResult, 'Suspended'),
@@ -87,6 +91,7 @@ adminRoutes.openapi(
     summary: 'Unsuspend an organization',
     description: `Restores access at once. Idempotent; the transition is audited (org.unsuspended) in its transaction. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     request: { params: AdminOrgParam },
     responses: {
       200: jsonResponse(AdminOrgSuspendResult, 'Active (suspendedAt null)'),
@@ -104,6 +109,7 @@ adminRoutes.openapi(
     summary: 'List control-plane audit events',
     description: `Newest first. Filters combine (AND); \`since\` is inclusive, \`until\` exclusive; \`total\` counts every event matching the filters. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     request: { query: AdminAuditQuery },
     responses: {
       200: jsonResponse(AdminAuditList, 'A page of events'),
@@ -121,6 +127,7 @@ adminRoutes.openapi(
     summary: 'User and session counts',
     description: `Users, sign-ups over the last 24 hours, 7 and 30 days, unexpired sessions, and distinct users with a session created or refreshed in the last 30 days. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     responses: {
       200: jsonResponse(AdminMetricsOverview, 'The counts'),
       ...errorResponses(401, 403),
@@ -137,6 +144,7 @@ adminRoutes.openapi(
     summary: "Wipe a project's catalog and runtime data",
     description: `Deletes every entity type, relationship type, cell, action, entity, relationship, metric value, change-log entry and action run of the project, in one transaction. Keeps the project, its members, repository links, tokens, environments, secrets and graph views. Idempotent (a second call deletes nothing); audited (project.nuked). ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     request: { params: NukeParams },
     responses: {
       200: jsonResponse(NukeResult, 'What was deleted'),
@@ -154,6 +162,7 @@ adminRoutes.openapi(
     summary: 'List code-hosting app installations',
     description: `Across every organization; no pagination. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: superAdminOnly,
     responses: {
       200: jsonResponse(AdminGithubInstallationList, 'Installations'),
       ...errorResponses(401, 403),

@@ -1,3 +1,4 @@
+import { userSessionOnly } from '../../auth/memberships';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -17,6 +18,7 @@ memberRoutes.openapi(
     summary: "List an organization's members",
     description: `Any member. Oldest membership first. ${SESSION_ONLY}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: OrgRefParam },
     responses: {
       200: jsonResponse(z.array(Member), 'The members'),
@@ -37,6 +39,7 @@ memberRoutes.openapi(
       'an existing user is added, or, when already a member, given the role (the rules of PATCH apply: 400 last_owner). ' +
       `Only an owner grants owner (403). A user who has never signed in is invited again. ${SESSION_ONLY}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: OrgRefParam, body: jsonBody(MemberProvision) },
     responses: {
       201: jsonResponse(Member, 'The member'),
@@ -56,6 +59,7 @@ memberRoutes.openapi(
       "Owner or admin. An admin can neither change an owner nor make one (403). Demoting the last owner is 400 last_owner. The member's personal tokens in the organization come down to the new role. " +
       SESSION_ONLY,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: MemberParams, body: jsonBody(MemberRoleChange) },
     responses: {
       200: jsonResponse(Member, 'The member with its new role'),
@@ -78,6 +82,7 @@ memberRoutes.openapi(
       "Owner or admin; only an owner removes an owner; the last owner cannot be removed (400 last_owner). Removes the member's personal graph views in the organization's projects and its notifications about the organization, and revokes the personal tokens it minted there. " +
       SESSION_ONLY,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: MemberParams },
     responses: {
       200: jsonResponse(MemberRemoved, 'Removed'),
@@ -98,6 +103,7 @@ memberRoutes.openapi(
     summary: 'Leave an organization',
     description: `The signed-in user removes themself, with the same cascade as a removal. The last owner cannot leave (400 last_owner). ${SESSION_ONLY}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: OrgRefParam },
     responses: {
       200: jsonResponse(OrganizationLeft, 'Left'),

@@ -1,3 +1,4 @@
+import { userSessionOnly } from '../../auth/memberships';
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -17,6 +18,7 @@ notificationRoutes.openapi(
     summary: "List the user's notifications",
     description: `Newest first. \`unread=true\` lists unread ones only; \`limit\` 1 to 200, default 50 (anything else is 400). \`unreadCount\` counts every unread notification of the user, whatever the limit. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { query: NotificationListQuery },
     responses: {
       200: jsonResponse(NotificationList, 'Notifications and the unread count'),
@@ -34,6 +36,7 @@ notificationRoutes.openapi(
     summary: "Mark all the user's notifications read",
     description: `\`updated\` is how many were unread. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     responses: {
       200: jsonResponse(NotificationReadAll, 'How many were marked read'),
       ...errorResponses(401),
@@ -50,6 +53,7 @@ notificationRoutes.openapi(
     summary: 'Mark a notification read',
     description: `Idempotent: marking it again answers the time it was first read. Another user's notification, an unknown id or one that is not a UUID is 404. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: NotificationParams },
     responses: {
       200: jsonResponse(NotificationRead, 'The notification, read'),

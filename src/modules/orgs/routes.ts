@@ -1,3 +1,4 @@
+import { userSessionOnly } from '../../auth/memberships';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { BearerSecurity, errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -48,6 +49,7 @@ orgRoutes.openapi(
     description:
       'Organizations the user is a member of, deleted ones excepted, by slug. Needs a user session: a service token gets 401 (it belongs to one organization, which it names in its paths).',
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     responses: {
       200: jsonResponse(z.array(OrganizationMembership), "The user's organizations"),
       ...errorResponses(401),
@@ -65,6 +67,7 @@ orgRoutes.openapi(
     description:
       'Owner only. The organization is 404 everywhere afterwards and its slug stays taken (POST /orgs with it is 409). Needs a user session: a service token gets 401.',
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: OrgRefParam },
     responses: {
       200: jsonResponse(OrganizationDeleted, 'Deleted'),

@@ -1,3 +1,4 @@
+import { userSessionOnly } from '../../auth/memberships';
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -19,6 +20,7 @@ preferenceRoutes.openapi(
     summary: 'Get a preference',
     description: `\`value\` is null when the key is not set. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: PreferenceParams },
     responses: {
       200: jsonResponse(UserPreference, 'The value, or null'),
@@ -36,6 +38,7 @@ preferenceRoutes.openapi(
     summary: 'Set a preference',
     description: `Creates or replaces the value. \`value\` must be a JSON object of at most 64 KB (65,536 bytes as compact JSON, UTF-8): over it, a missing or non-object value, or another field is 400 validation_failed; invalid JSON is 400 invalid_json; a body over 1 MiB 413. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: PreferenceParams, body: jsonBody(UserPreferenceUpdate) },
     responses: {
       200: jsonResponse(UserPreference, 'The stored value'),
@@ -53,6 +56,7 @@ preferenceRoutes.openapi(
     summary: 'Remove a preference',
     description: `204 whether or not it was set. ${WHO}`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: PreferenceParams },
     responses: {
       204: { description: 'Removed (or was not set); no body' },

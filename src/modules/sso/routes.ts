@@ -1,3 +1,4 @@
+import { userSessionOnly } from '../../auth/memberships';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -19,6 +20,7 @@ ssoRoutes.openapi(
       `${RULES} Signing in through it (POST /api/auth/sign-in/sso with providerId, or an address of its domain) signs up a new user as a member of the organization. ` +
       'The provider id and every domain are unique across providers (409). Without `endpoints`, the issuer\'s discovery document is read (its origin must be in TRUSTED_ORIGINS); a failed discovery is 400.',
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: SsoOrgParams, body: jsonBody(SsoProviderCreate) },
     responses: {
       201: jsonResponse(SsoProvider, 'The provider, with the redirect URI to register at it'),
@@ -37,6 +39,7 @@ ssoRoutes.openapi(
     summary: 'Remove an SSO provider',
     description: `${RULES} Also unlinks the accounts it linked and ends the sessions it started. A provider of another organization is 404.`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: SsoProviderParams },
     responses: {
       200: jsonResponse(SsoProviderDeleted, 'Removed'),
@@ -57,6 +60,7 @@ ssoRoutes.openapi(
     summary: "The organization's per-provider settings",
     description: `${RULES} Oldest provider first.`,
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: SsoOrgParams },
     responses: {
       200: jsonResponse(z.array(SsoExtra), 'One row per provider of the organization'),
@@ -76,6 +80,7 @@ ssoRoutes.openapi(
       `${RULES} With forceSso on, members whose session did not come through this provider get 403 sso_required on the organization's resources; service tokens are unaffected. ` +
       'Turning it on needs a session that came through this provider (403 sso_required otherwise), so it cannot lock the organization out. A provider of another organization is 404.',
     security: UserSessionSecurity,
+    middleware: userSessionOnly,
     request: { params: SsoProviderParams, body: jsonBody(SsoExtraUpdate) },
     responses: {
       200: jsonResponse(SsoExtra, 'The provider with its new settings'),

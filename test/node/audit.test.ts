@@ -201,6 +201,41 @@ describe('audit events of the people feature', () => {
     expect(event).toMatchObject({ actorType: 'token', actorId: minted.body.id });
   });
 
+  it('records the creation of an organization by its user, and by bootstrap mode', async () => {
+    const [created] = await eventsOf(tenant.org.id, 'org.created');
+    expect(created).toMatchObject({ actorType: 'user', actorId: owner.id, targetType: 'org', targetId: tenant.org.id });
+    expect(created!.data).toEqual({ slug: tenant.org.slug, name: `Org ${tenant.org.slug}` });
+    const fresh = await createTestApi();
+    try {
+      const org = await fresh.call('POST', '/orgs', { body: { name: 'Boot', slug: 'boot' } });
+      expect(org.status).toBe(201);
+      const [event] = await fresh.db.select().from(auditEvents).where(eq(auditEvents.action, 'org.created'));
+      expect(event).toMatchObject({ actorType: 'bootstrap', actorId: null, orgId: org.body.id });
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  it('records token mints and revocations with the prefix, never the token; a refused mint records nothing', async () => {
+    const tokens = `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`;
+    const minted = await api.call('POST', tokens, { token: owner.token, body: { name: 'deployer', role: 'admin', personal: true } });
+    expect(minted.status).toBe(201);
+    const [mint] = (await eventsOf(tenant.org.id, 'token.minted')).filter((row) => row.targetId === minted.body.id);
+    expect(mint).toMatchObject({ actorType: 'user', actorId: owner.id, targetType: 'token' });
+    expect(mint!.data).toMatchObject({ name: 'deployer', prefix: minted.body.prefix, role: 'admin', personal: true });
+    expect(JSON.stringify(mint)).not.toContain(minted.body.token);
+
+    expect((await api.call('DELETE', `${tokens}/${minted.body.id}`, { token: minted.body.token })).status).toBe(200);
+    const [revoke] = (await eventsOf(tenant.org.id, 'token.revoked')).filter((row) => row.targetId === minted.body.id);
+    expect(revoke).toMatchObject({ actorType: 'token', actorId: minted.body.id, data: { projectId: tenant.project.id, prefix: minted.body.prefix } });
+
+    const member = await signUp(api);
+    await api.db.execute(sql`insert into org_members (org_id, user_id, role) values (${tenant.org.id}, ${member.id}, 'member')`);
+    const before = (await eventsOf(tenant.org.id, 'token.minted')).length;
+    expectError(await api.call('POST', tokens, { token: member.token, body: { name: 'nope' } }), 403, 'forbidden');
+    expect(await eventsOf(tenant.org.id, 'token.minted')).toHaveLength(before);
+  });
+
   it('records nothing for a refused or failed secret write', async () => {
     const member = await signUp(api);
     await api.db.execute(sql`insert into org_members (org_id, user_id, role) values (${tenant.org.id}, ${member.id}, 'member')`);

@@ -71,6 +71,11 @@ const ConfigSchema = z.object({
     z.string().includes('-----BEGIN', { message: 'expects a PEM private key (PKCS#1 or PKCS#8)' }),
   ).optional(),
   CODEHOST_APP_WEBHOOK_SECRET: secretOf(z.string().min(1)).optional(),
+  // GitHub Enterprise Server, or a local test server (docs/codehost.md)
+  CODEHOST_API_URL: z
+    .url({ message: 'expects an absolute URL, e.g. https://api.github.com' })
+    .transform((value) => value.replace(/\/+$/, ''))
+    .default('https://api.github.com'),
   OUTBOUND_ALLOWED_HOSTS: commaList,
   SMTP_URL: secretOf(
     z.string().regex(/^smtps?:\/\//, { message: 'expects an smtp:// or smtps:// URL, e.g. smtp://127.0.0.1:2525' }),
@@ -121,6 +126,8 @@ export interface Config {
   uiBaseUrl?: string;
   /** Present only when all four CODEHOST_APP_* variables are set. */
   codehostApp?: { appId: string; appName: string; privateKey: Secret; webhookSecret: Secret };
+  /** The GitHub API the App talks to: github.com's, a GitHub Enterprise Server's, or a local test server. */
+  codehostApiUrl: string;
   outboundAllowedHosts: string[];
   /** Where the service's own mail goes (DECISIONS §8); unset: the Node host logs each message instead. */
   smtpUrl?: Secret;
@@ -221,6 +228,7 @@ export function loadConfig(env: Env, options: LoadConfigOptions = {}): Config {
           webhookSecret: c.CODEHOST_APP_WEBHOOK_SECRET!,
         }
       : undefined,
+    codehostApiUrl: c.CODEHOST_API_URL,
     outboundAllowedHosts: c.OUTBOUND_ALLOWED_HOSTS,
     smtpUrl: c.SMTP_URL,
     mailFrom: c.MAIL_FROM,

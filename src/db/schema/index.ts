@@ -5,3 +5,4 @@ export * from './actions';
 export * from './runs';
 export * from './rate-limits';
 export * from './people';
+export * from './codehost';

@@ -57,6 +57,11 @@ export const actionRuns = pgTable(
     completedAt: optionalTimestamp('completed_at'),
     error: text('error'),
     output: jsonb('output'),
+    /** A pull-request run's pull request (DECISIONS §8): `owner/name`, its number, URL and head commit. */
+    repo: text('repo'),
+    prNumber: integer('pr_number'),
+    prUrl: text('pr_url'),
+    headSha: text('head_sha'),
   },
   (t) => [
     check('action_runs_status_check', sql`${t.status} in ('pending', 'running', 'succeeded', 'failed', 'cancelled')`),
@@ -70,6 +75,10 @@ export const actionRuns = pgTable(
     index('action_runs_active_timeout_idx')
       .on(t.timeoutAt)
       .where(sql`${t.status} in ('pending', 'running')`),
+    // a pull_request webhook finds the active run of its repository and pull request
+    index('action_runs_active_pull_request_idx')
+      .on(t.repo, t.prNumber)
+      .where(sql`${t.status} in ('pending', 'running') and ${t.repo} is not null`),
   ],
 );
 

@@ -4,6 +4,7 @@ import { eq } from 'drizzle-orm';
 import { createTestApi, TEST_API_BASE_URL, type TestApi } from '../support/node-app';
 import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createUserTenant, linkIn, signIn, signUp, TEST_PASSWORD } from '../support/people';
+import { SmtpSink } from '../support/smtp-sink';
 
 /**
  * User sessions (Better Auth at /api/auth): sign-up, sign-in, the session as
@@ -219,6 +220,25 @@ describe('user sessions', () => {
       expect((await limited.call('GET', '/api/auth/get-session', { token: other.token })).status).toBe(200);
     } finally {
       await limited.close();
+    }
+  });
+
+  it('sends the verification link over real SMTP; following it verifies the address', async () => {
+    const sink = await SmtpSink.start();
+    const mailing = await createTestApi({ env: { SMTP_URL: sink.url } });
+    try {
+      const user = await signUp(mailing);
+      const mail = await sink.waitFor((m) => m.envelope.to.includes(user.email) && /verify/i.test(m.subject));
+      const link = new URL(linkIn(mail.text));
+      expect(link.pathname).toBe('/api/auth/verify-email');
+      expect([200, 302]).toContain((await mailing.call('GET', `${link.pathname}${link.search}`)).status);
+      const [row] = await mailing.db.select({ verified: users.emailVerified }).from(users).where(eq(users.id, user.id));
+      expect(row!.verified).toBe(true);
+      // sent, not kept: the test api's own capture stays empty when SMTP_URL is set
+      expect(mailing.mails).toEqual([]);
+    } finally {
+      await mailing.close();
+      await sink.close();
     }
   });
 });

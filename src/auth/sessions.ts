@@ -11,6 +11,7 @@ import { recordAudit } from '../db/audit';
 import { notify } from '../db/notifications';
 import type { Logger } from '../logger';
 import type { Mailer } from '../platform';
+import { covers, domainsOf, hostOf } from './email-domains';
 import { invitationMessage, passwordResetMessage, verificationMessage } from './mail-templates';
 
 /** Where Better Auth is mounted (SPEC: the auth handler; DECISIONS §5). */
@@ -181,13 +182,7 @@ function ssoOptions(db: Db): SSOOptions {
 const ssoRefusal = (code: string, message: string) => new APIError('FORBIDDEN', { code, message });
 
 /** Whether an address belongs to one of a provider's domains (comma-separated), subdomains included. */
-function addressInDomains(email: string, domains: string): boolean {
-  const host = email.slice(email.lastIndexOf('@') + 1).toLowerCase();
-  return domains
-    .split(',')
-    .map((domain) => domain.trim().toLowerCase())
-    .some((domain) => domain !== '' && (host === domain || host.endsWith(`.${domain}`)));
-}
+const addressInDomains = (email: string, domains: string): boolean => domainsOf(domains).some((domain) => covers(domain, hostOf(email)));
 
 async function providerOf(db: Db, providerId: string) {
   const [provider] = await db

@@ -4,7 +4,7 @@ import { accounts, auditEvents, notifications, orgMembers, sessions, ssoProvider
 import { expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createTestApi, TEST_API_BASE_URL, type ApiResponse, type TestApi } from '../support/node-app';
 import { startOidcProvider, type TestOidcProvider } from '../support/oidc-provider';
-import { createUserTenant, signUp, verifiedUser, type TestUser } from '../support/people';
+import { createUserTenant, linkIn, signIn, signUp, TEST_PASSWORD, verifiedUser, type TestUser } from '../support/people';
 
 /**
  * SSO (DECISIONS §5, §8; SPEC sso-extras; docs/people/sso.md), end to end
@@ -19,9 +19,14 @@ import { createUserTenant, signUp, verifiedUser, type TestUser } from '../suppor
  */
 
 /** Provider ids the test provider's client accepts as redirect URIs (exact match, as real providers require). */
-const PROVIDER_IDS = Array.from({ length: 60 }, (_, i) => `idp-${i + 1}`);
+const PROVIDER_IDS = Array.from({ length: 90 }, (_, i) => `idp-${i + 1}`);
 const BOSS_PROVIDER = 'idp-boss';
-const SUPER_ADMINS = ['root@boss.test', 'lazy@boss.test'];
+/**
+ * boss.test is the super-admins' domain: chief registers its provider (a
+ * super-admin by a mailed link), root and lazy sign in through it.
+ * guarded.test holds a super-admin nobody registers a provider for.
+ */
+const SUPER_ADMINS = ['root@boss.test', 'lazy@boss.test', 'chief@boss.test', 'ops@guarded.test'];
 const callbackPath = (providerId: string) => `/api/auth/sso/callback/${providerId}`;
 
 type Tenant = Awaited<ReturnType<typeof createUserTenant>>;
@@ -65,11 +70,17 @@ describe('SSO through a real OpenID Provider', () => {
     ...extra,
   });
 
-  /** A fresh organization of a fresh owner, with a provider registered for the domain `<providerId>.test`. */
-  async function orgWithProvider(providerId = takeProviderId()): Promise<{ owner: TestUser; tenant: Tenant; providerId: string; domain: string }> {
-    const owner = await signUp(api, { name: 'Owner' });
+  /**
+   * A fresh organization of a fresh owner, with a provider registered for
+   * `domain` (default `<providerId>.test`): the owner's verified address is
+   * there, which is what lets them register it.
+   */
+  async function orgWithProvider(
+    providerId = takeProviderId(),
+    domain = `${providerId}.test`,
+  ): Promise<{ owner: TestUser; tenant: Tenant; providerId: string; domain: string }> {
+    const owner = await verifiedUser(api, `owner@${domain}`, { name: 'Owner' });
     const tenant = await createUserTenant(api, owner);
-    const domain = `${providerId}.test`;
     const registered = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, { token: owner.token, body: registration(providerId, domain) });
     expect(registered.status, JSON.stringify(registered.body)).toBe(201);
     return { owner, tenant, providerId, domain };
@@ -138,9 +149,9 @@ describe('SSO through a real OpenID Provider', () => {
 
   describe('registering a provider', () => {
     it('lets an owner register one: the row is bound to the organization, audited, and the secret is never returned', async () => {
-      const owner = await signUp(api);
-      const tenant = await createUserTenant(api, owner);
       const providerId = takeProviderId();
+      const owner = await verifiedUser(api, `owner@${providerId}.test`);
+      const tenant = await createUserTenant(api, owner);
       const response = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
         token: owner.token,
         body: registration(providerId, `${providerId}.test`),
@@ -174,32 +185,34 @@ describe('SSO through a real OpenID Provider', () => {
     });
 
     it('lets an admin register one; a member gets 403, a non-member 404, no session or a service token 401', async () => {
-      const owner = await signUp(api);
+      const owner = await verifiedUser(api, `owner@${uniqueSlug('org')}.test`);
       const tenant = await createUserTenant(api, owner);
-      const admin = await signUp(api);
-      const member = await signUp(api);
-      const outsider = await signUp(api);
+      // everyone's address is verified and in the domain they register: only the role decides
+      const adminProvider = takeProviderId();
+      const admin = await verifiedUser(api, `admin@${adminProvider}.test`);
+      const memberProvider = takeProviderId();
+      const member = await verifiedUser(api, `member@${memberProvider}.test`);
+      const outsiderProvider = takeProviderId();
+      const outsider = await verifiedUser(api, `outsider@${outsiderProvider}.test`);
       await createUserTenant(api, outsider);
       await addMember(owner, tenant, admin, 'admin');
       await addMember(owner, tenant, member, 'member');
       const serviceToken = await mintToken(api, tenant, { role: 'owner', as: owner.token });
       const path = `/orgs/${tenant.org.slug}/sso-providers`;
-      const body = () => {
-        const providerId = takeProviderId();
-        return registration(providerId, `${providerId}.test`);
-      };
-      expectError(await api.call('POST', path, { token: member.token, body: body() }), 403, 'forbidden');
-      expectError(await api.call('POST', path, { token: outsider.token, body: body() }), 404, 'not_found');
-      expectError(await api.call('POST', path, { body: body() }), 401, 'unauthorized');
-      expectError(await api.call('POST', path, { token: serviceToken, body: body() }), 401, 'unauthorized');
+      const body = (providerId: string) => registration(providerId, `${providerId}.test`);
+      expectError(await api.call('POST', path, { token: member.token, body: body(memberProvider) }), 403, 'forbidden');
+      expectError(await api.call('POST', path, { token: outsider.token, body: body(outsiderProvider) }), 404, 'not_found');
+      expectError(await api.call('POST', path, { body: body(adminProvider) }), 401, 'unauthorized');
+      expectError(await api.call('POST', path, { token: serviceToken, body: body(adminProvider) }), 401, 'unauthorized');
       expect(await api.db.select().from(ssoProviders).where(eq(ssoProviders.organizationId, tenant.org.id))).toEqual([]);
-      const byAdmin = await api.call('POST', `/orgs/${tenant.org.id}/sso-providers`, { token: admin.token, body: body() });
+      const byAdmin = await api.call('POST', `/orgs/${tenant.org.id}/sso-providers`, { token: admin.token, body: body(adminProvider) });
       expect(byAdmin.status, JSON.stringify(byAdmin.body)).toBe(201);
     });
 
     it('takes the endpoints as given instead of discovering them', async () => {
-      const { owner, tenant } = await orgWithProvider();
       const providerId = takeProviderId();
+      const owner = await verifiedUser(api, `owner@${providerId}.test`);
+      const tenant = await createUserTenant(api, owner);
       const discoveries = op.hits('/.well-known/openid-configuration');
       const response = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
         token: owner.token,
@@ -217,15 +230,21 @@ describe('SSO through a real OpenID Provider', () => {
     });
 
     it('refuses a taken provider id or domain (409), an untrusted issuer (400), a malformed body (400), and writes nothing', async () => {
-      const { tenant, providerId, domain } = await orgWithProvider();
-      const other = await signUp(api);
+      const first = takeProviderId();
+      // the first provider speaks for a subdomain, so that a rival at the parent can claim every shape of overlap
+      const parent = `${first}.test`;
+      const { tenant, providerId, domain } = await orgWithProvider(first, `eu.${parent}`);
+      const fresh = takeProviderId();
+      const other = await verifiedUser(api, `other@${fresh}.test`);
       const otherTenant = await createUserTenant(api, other);
       const path = `/orgs/${otherTenant.org.slug}/sso-providers`;
-      const fresh = takeProviderId();
       expectError(await api.call('POST', path, { token: other.token, body: registration(providerId, `${fresh}.test`) }), 409, 'already_exists');
-      // the same domain, a subdomain, a parent: one provider speaks for an address
-      for (const taken of [domain, `eu.${domain}`, `other.test,${domain}`]) {
-        expectError(await api.call('POST', path, { token: other.token, body: registration(fresh, taken) }), 409, 'already_exists');
+      // the same domain, a subdomain, a parent, a list holding one: one provider speaks for an address
+      const rival = await verifiedUser(api, `rival@${parent}`);
+      const rivalTenant = await createUserTenant(api, rival);
+      for (const taken of [domain, `de.${domain}`, parent, `us.${parent},${domain}`]) {
+        const refused = await api.call('POST', `/orgs/${rivalTenant.org.slug}/sso-providers`, { token: rival.token, body: registration(fresh, taken) });
+        expectError(refused, 409, 'already_exists');
       }
       const untrusted = await api.call('POST', path, {
         token: other.token,
@@ -241,15 +260,16 @@ describe('SSO through a real OpenID Provider', () => {
       ]) {
         expectError(await api.call('POST', path, { token: other.token, body: bad }), 400, 'validation_failed');
       }
-      expect(await api.db.select().from(ssoProviders).where(eq(ssoProviders.organizationId, otherTenant.org.id))).toEqual([]);
+      expect(await api.db.select().from(ssoProviders).where(inArray(ssoProviders.organizationId, [otherTenant.org.id, rivalTenant.org.id]))).toEqual([]);
       expect((await api.db.select().from(ssoProviders).where(eq(ssoProviders.providerId, providerId)))[0]!.organizationId).toBe(tenant.org.id);
     });
 
     it('gives a domain to one of two organizations registering it at once', async () => {
-      const [first, second] = await Promise.all([signUp(api), signUp(api)]);
-      const tenants = await Promise.all([createUserTenant(api, first!), createUserTenant(api, second!)]);
       const ids = [takeProviderId(), takeProviderId()];
       const domain = `contested-${ids[0]}.test`;
+      // each proves what it claims: one has a mailbox at the domain, the other at its subdomain
+      const [first, second] = await Promise.all([verifiedUser(api, `first@${domain}`), verifiedUser(api, `second@eu.${domain}`)]);
+      const tenants = await Promise.all([createUserTenant(api, first!), createUserTenant(api, second!)]);
       const answers = await Promise.all(
         [first!, second!].map((user, i) =>
           api.call('POST', `/orgs/${tenants[i]!.org.slug}/sso-providers`, {
@@ -286,6 +306,139 @@ describe('SSO through a real OpenID Provider', () => {
       const [row] = await api.db.select().from(ssoProviders).where(eq(ssoProviders.providerId, providerId));
       expect(row!.domain).toBe(`${providerId}.test`);
       expect(await api.db.select().from(ssoProviders).where(eq(ssoProviders.domain, 'sneaky.test'))).toEqual([]);
+    });
+  });
+
+  describe('who may claim a domain (account pre-hijacking)', () => {
+    const providersOf = (orgId: string) => api.db.select().from(ssoProviders).where(eq(ssoProviders.organizationId, orgId));
+
+    it("refuses an owner whose own address is unverified (403): nothing fetched, nothing written", async () => {
+      const providerId = takeProviderId();
+      const owner = await signUp(api, { email: `owner@${providerId}.test` });
+      const tenant = await createUserTenant(api, owner);
+      const discoveries = op.hits('/.well-known/openid-configuration');
+      const refused = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
+        token: owner.token,
+        body: registration(providerId, `${providerId}.test`),
+      });
+      expectError(refused, 403, 'forbidden');
+      expect(refused.body.error).toMatch(/verify your address/);
+      expect(op.hits('/.well-known/openid-configuration')).toBe(discoveries);
+      expect(await providersOf(tenant.org.id)).toEqual([]);
+      expect(await auditOf(tenant.org.id, 'sso.registered')).toEqual([]);
+    });
+
+    it("refuses a verified owner a domain outside their address's host: another domain, a parent, a look-alike, a list holding one", async () => {
+      const base = `${takeProviderId()}.test`;
+      const owner = await verifiedUser(api, `alice@eng.${base}`);
+      const tenant = await createUserTenant(api, owner);
+      const path = `/orgs/${tenant.org.slug}/sso-providers`;
+      const providerId = takeProviderId();
+      for (const domain of [
+        `other-${base}`, // another domain
+        base, // the parent: a mailbox at eng.<base> says nothing about who else is at <base>
+        `xeng.${base}`, // ends like the host, is not under it
+        `ng.${base}`,
+        `eu.eng.${base},${base}`, // one unproven domain refuses the list
+      ]) {
+        const refused = await api.call('POST', path, { token: owner.token, body: registration(providerId, domain) });
+        expectError(refused, 403, 'forbidden');
+        expect(refused.body.error).toMatch(/verified address/);
+      }
+      expect(await providersOf(tenant.org.id)).toEqual([]);
+    });
+
+    it("lets a verified owner register their address's host, or subdomains of it (201)", async () => {
+      const base = `${takeProviderId()}.test`;
+      const owner = await verifiedUser(api, `alice@${base}`);
+      const tenant = await createUserTenant(api, owner);
+      const path = `/orgs/${tenant.org.slug}/sso-providers`;
+      const subdomains = takeProviderId();
+      const ofSubdomains = await api.call('POST', path, { token: owner.token, body: registration(subdomains, `eu.${base},us.${base}`) });
+      expect(ofSubdomains.status, JSON.stringify(ofSubdomains.body)).toBe(201);
+      expect(ofSubdomains.body.domain).toBe(`eu.${base},us.${base}`);
+      // the host itself overlaps them now: one provider per address
+      expectError(await api.call('POST', path, { token: owner.token, body: registration(takeProviderId(), base) }), 409, 'already_exists');
+
+      const other = `${takeProviderId()}.test`;
+      const bob = await verifiedUser(api, `bob@${other}`);
+      const bobs = await createUserTenant(api, bob);
+      const ofHost = await api.call('POST', `/orgs/${bobs.org.slug}/sso-providers`, { token: bob.token, body: registration(takeProviderId(), other) });
+      expect(ofHost.status, JSON.stringify(ofHost.body)).toBe(201);
+    });
+
+    it('counts an invitation link as proof: a provisioned admin who set a password through it registers their domain', async () => {
+      const { owner, tenant } = await orgWithProvider();
+      const providerId = takeProviderId();
+      const email = `newcomer@${providerId}.test`;
+      await addMember(owner, tenant, { email, name: 'Newcomer' }, 'admin');
+      // the invitation link checks its token and lands with it; the landing page sets the password with it
+      const invitation = api.mails.findLast((mail) => mail.to === email);
+      expect(invitation, `an invitation to ${email}`).toBeDefined();
+      const link = new URL(linkIn(invitation!.text));
+      const followed = await api.call('GET', `${link.pathname}${link.search}`);
+      expect(followed.status).toBe(302);
+      const token = new URL(followed.headers.get('location')!).searchParams.get('token');
+      expect(token).toBeTruthy();
+      expect((await api.call('POST', '/api/auth/reset-password', { body: { newPassword: TEST_PASSWORD, token } })).status).toBe(200);
+      const newcomer = await signIn(api, { email, name: 'Newcomer', password: TEST_PASSWORD });
+      const registered = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
+        token: newcomer.token,
+        body: registration(providerId, `${providerId}.test`),
+      });
+      expect(registered.status, JSON.stringify(registered.body)).toBe(201);
+    });
+
+    it("refuses the pre-hijacking attack: an organization cannot front a domain it has no mailbox at, so its IdP never creates the victim's account", async () => {
+      const victimDomain = `victim-${uniqueSlug('v')}.test`;
+      const attackerDomain = `attacker-${uniqueSlug('a')}.test`;
+      const mallory = await verifiedUser(api, `mallory@${attackerDomain}`);
+      const attackerOrg = await createUserTenant(api, mallory);
+      const providerId = takeProviderId();
+      for (const domain of [victimDomain, `${attackerDomain},${victimDomain}`, `eu.${victimDomain}`]) {
+        const refused = await api.call('POST', `/orgs/${attackerOrg.org.slug}/sso-providers`, { token: mallory.token, body: registration(providerId, domain) });
+        expectError(refused, 403, 'forbidden');
+      }
+      expect(await providersOf(attackerOrg.org.id)).toEqual([]);
+      // the attacker's IdP is ready to assert the victim, verified; no provider speaks for the domain, so no sign-in starts
+      op.addAccount({ email: `alice@${victimDomain}`, name: 'Not Alice', emailVerified: true });
+      const start = await api.call('POST', '/api/auth/sign-in/sso', { body: { email: `alice@${victimDomain}`, callbackURL: '/signed-in' } });
+      expectError(start, 404, 'not_found');
+      expect(await api.db.select().from(users).where(eq(users.email, `alice@${victimDomain}`))).toEqual([]);
+      // the real Alice signs up later and her account is hers alone: no provider linked to it
+      const alice = await verifiedUser(api, `alice@${victimDomain}`, { name: 'Alice' });
+      const linked = await api.db.select({ providerId: accounts.providerId }).from(accounts).where(eq(accounts.userId, alice.id));
+      expect(linked.map((row) => row.providerId)).toEqual(['credential']);
+    });
+
+    it("keeps the super-admins' domain for super-admins: a verified member of that domain who is not one gets 403", async () => {
+      const mallory = await verifiedUser(api, 'mallory@guarded.test');
+      const tenant = await createUserTenant(api, mallory);
+      const refused = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
+        token: mallory.token,
+        body: registration(takeProviderId(), 'guarded.test'),
+      });
+      expectError(refused, 403, 'forbidden');
+      expect(refused.body.error).toMatch(/super-admin/);
+      expect(await providersOf(tenant.org.id)).toEqual([]);
+      // a subdomain holding no super-admin address is hers to claim
+      const sub = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
+        token: mallory.token,
+        body: registration(takeProviderId(), 'eu.guarded.test'),
+      });
+      expect(sub.status, JSON.stringify(sub.body)).toBe(201);
+    });
+
+    it('refuses the domain of a public mail service, whose addresses anyone can get', async () => {
+      const user = await verifiedUser(api, `someone-${uniqueSlug('g')}@gmail.com`);
+      const tenant = await createUserTenant(api, user);
+      const refused = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
+        token: user.token,
+        body: registration(takeProviderId(), 'gmail.com'),
+      });
+      expectError(refused, 403, 'forbidden');
+      expect(refused.body.error).toMatch(/mail service/);
+      expect(await providersOf(tenant.org.id)).toEqual([]);
     });
   });
 
@@ -333,8 +486,9 @@ describe('SSO through a real OpenID Provider', () => {
     });
 
     it('verifies an address the provider asserts verified (a super-admin then), and no other', async () => {
-      // the boss provider speaks for boss.test, the domain of SUPER_ADMIN_EMAILS
-      const owner = await signUp(api);
+      // the boss provider speaks for boss.test, the domain of SUPER_ADMIN_EMAILS: a super-admin verified by mail registers it
+      const owner = await verifiedUser(api, 'chief@boss.test');
+      expect((await api.call('GET', '/admin/orgs', { token: owner.token })).status).toBe(200);
       const tenant = await createUserTenant(api, owner);
       const registered = await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, {
         token: owner.token,
@@ -351,6 +505,7 @@ describe('SSO through a real OpenID Provider', () => {
         .where(inArray(users.email, SUPER_ADMINS))
         .orderBy(users.email);
       expect(verified).toEqual([
+        { email: 'chief@boss.test', verified: true },
         { email: 'lazy@boss.test', verified: false },
         { email: 'root@boss.test', verified: true },
       ]);
@@ -496,15 +651,16 @@ describe('SSO through a real OpenID Provider', () => {
   describe('sso-extras', () => {
     it("lists the organization's providers for owners and admins: 403 member, 404 non-member, 401 without a session or with a service token", async () => {
       const { owner, tenant, providerId, domain } = await orgWithProvider();
+      // the second provider is registered by an admin whose mailbox is at its domain
       const second = takeProviderId();
-      expect(
-        (await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, { token: owner.token, body: registration(second, `${second}.test`) })).status,
-      ).toBe(201);
-      const admin = await signUp(api);
+      const admin = await verifiedUser(api, `admin@${second}.test`);
       const member = await signUp(api);
       const outsider = await signUp(api);
       await addMember(owner, tenant, admin, 'admin');
       await addMember(owner, tenant, member, 'member');
+      expect(
+        (await api.call('POST', `/orgs/${tenant.org.slug}/sso-providers`, { token: admin.token, body: registration(second, `${second}.test`) })).status,
+      ).toBe(201);
       const serviceToken = await mintToken(api, tenant, { role: 'owner', as: owner.token });
       const path = `/orgs/${tenant.org.slug}/sso-extras`;
       const expected = [

@@ -18,6 +18,7 @@ ssoRoutes.openapi(
     summary: 'Register an OpenID Connect provider for the organization',
     description:
       `${RULES} Signing in through it (POST /api/auth/sign-in/sso with providerId, or an address of its domain) signs up a new user as a member of the organization. ` +
+      'Every domain must be the host of the caller\'s own verified address or a subdomain of it (403 otherwise; a domain of a public mail service, or one holding a super-admin address unless the caller is a super-admin, is 403 too). ' +
       'The provider id and every domain are unique across providers (409). Without `endpoints`, the issuer\'s discovery document is read (its origin must be in TRUSTED_ORIGINS); a failed discovery is 400.',
     security: UserSessionSecurity,
     middleware: userSessionOnly,

@@ -39,7 +39,7 @@ export const SsoProviderCreate = z
     providerId: ProviderId,
     issuer: HttpUrl.openapi({ description: "The OpenID Provider's issuer identifier, exactly as its discovery document states it", example: 'https://acme.okta.com' }),
     domain: ProviderDomains.openapi({
-      description: 'The email domain(s) this provider speaks for: it signs in addresses of these domains (subdomains included) only. Unique across providers.',
+      description: 'The email domain(s) this provider speaks for: it signs in addresses of these domains (subdomains included) only. Each must be the host of the registering user\'s verified address or a subdomain of it. Unique across providers.',
     }),
     clientId: z.string().min(1).max(512),
     clientSecret: z.string().min(1).max(1024).openapi({ description: 'Kept for the token exchange; never returned.' }),

@@ -3,7 +3,7 @@ import { discoverOIDCConfig, DiscoveryError } from '@better-auth/sso';
 import { APIError } from 'better-auth/api';
 import { and, asc, eq, sql } from 'drizzle-orm';
 import { loadOrg, requirePermission, type OrgRow } from '../../auth/access';
-import { requireUserSession } from '../../auth/memberships';
+import { isSuperAdmin, requireUserSession } from '../../auth/memberships';
 import { roleAllows } from '../../auth/permissions';
 import type { UserSessionPrincipal } from '../../auth/principal';
 import { createAuth } from '../../auth/sessions';
@@ -15,6 +15,7 @@ import { timestamp } from '../../http/openapi';
 import { recordAudit } from '../../db/audit';
 import { actorOf } from '../../auth/actor';
 import { actorRoleUnderLock, lockOrganization } from '../members/service';
+import { assertDomainsProven, domainsOf, overlaps } from './domain-proof';
 import type { SsoExtra, SsoProvider, SsoProviderCreate, SsoProviderDeleted } from './schemas';
 
 /**
@@ -119,15 +120,6 @@ export async function updateSsoExtra(
   return toExtra(row);
 }
 
-/** The domains of a provider's `domain` column (comma-separated). */
-const domainsOf = (value: string): string[] =>
-  value
-    .split(',')
-    .map((domain) => domain.trim().toLowerCase())
-    .filter((domain) => domain !== '');
-
-const overlaps = (a: string, b: string): boolean => a === b || a.endsWith(`.${b}`) || b.endsWith(`.${a}`);
-
 /**
  * A domain (or a parent or subdomain of it) belongs to one provider only:
  * signing in by address picks the provider by domain, and an address must
@@ -230,8 +222,11 @@ async function registerWithPlugin(
 
 /**
  * POST /orgs/{id}/sso-providers: an owner or admin registers an OpenID
- * Provider for the organization. The response names the redirect URI to
- * configure at the provider; the client secret is never returned.
+ * Provider for the organization, for domains their own verified address
+ * proves (./domain-proof.ts: otherwise any organization could front a
+ * domain nobody has claimed and sign up its future users, verified). The
+ * response names the redirect URI to configure at the provider; the client
+ * secret is never returned.
  */
 export async function registerSsoProvider(
   ctx: ServiceContext,
@@ -240,13 +235,16 @@ export async function registerSsoProvider(
   headers: Headers,
 ): Promise<z.infer<typeof SsoProvider>> {
   const { actor, org } = await managerScene(ctx, orgRef);
+  const domains = domainsOf(input.domain);
+  // before discovery: an unproven claim costs no request to the issuer, and learns nothing about taken domains
+  assertDomainsProven({ actor, actorIsSuperAdmin: isSuperAdmin(ctx, actor), superAdminEmails: ctx.config.superAdminEmails }, domains);
   const endpoints = await providerEndpoints(ctx, input);
   const { row, redirectUri } = await ctx.db.transaction(async (tx) => {
     await lockAsManager(tx, org, actor);
     await tx.execute(REGISTRATION_LOCK);
     const [existing] = await tx.select({ id: ssoProviders.id }).from(ssoProviders).where(eq(ssoProviders.providerId, input.providerId));
     if (existing) throw new ApiError('already_exists', `SSO provider "${input.providerId}" exists`);
-    await assertDomainsFree(tx, domainsOf(input.domain));
+    await assertDomainsFree(tx, domains);
     const { redirectURI } = await registerWithPlugin(ctx, tx, input, endpoints, headers);
     const [bound] = await tx
       .update(ssoProviders)

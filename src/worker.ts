@@ -1,6 +1,7 @@
 import { createApp, type App } from './app';
 import { ConfigError } from './config';
 import type { Platform } from './platform';
+import { runPorts } from './modules/action-runs/run-ports';
 import { createRunEngine, type RunEngine } from './runs/engine';
 import { consumeDeadLetters, consumeDeliveries, scheduledTick } from './runs/queue';
 import { createWorkerPlatform, deliveryQueue, type WorkerEnv } from './worker-platform';
@@ -32,7 +33,7 @@ async function withEngine<T>(env: WorkerEnv, work: (engine: RunEngine) => Promis
   const { config, logger, clock } = platformFor(env);
   const lease = platformFor(env).openDatabase();
   try {
-    return await work(createRunEngine({ db: lease.db, config, logger, clock }));
+    return await work(createRunEngine({ db: lease.db, config, logger, clock, ports: runPorts }));
   } finally {
     await lease.release();
   }

@@ -7,6 +7,7 @@ import { ChangeHub, type HubOptions } from '../stream/hub';
 import { openSseResponse } from '../stream/sse-response';
 import { openSseOnSocket } from './sse-socket';
 import type { ServerResponse } from 'node:http';
+import { runPorts } from '../modules/action-runs/run-ports';
 import { createRunEngine, type RunEngine } from '../runs/engine';
 import { JobRunner, type JobRunnerOptions } from './job-runner';
 import { guardedFetch } from './outbound-fetch';
@@ -169,6 +170,7 @@ export function platformWithJobRunner(
     clock: options.clock ?? systemClock,
     resolveHost,
     fetch: guardedFetch(options.config.outboundAllowedHosts),
+    ports: runPorts,
     ...options.engine,
   });
   const jobs = new JobRunner(engine, options.runner);

@@ -1,25 +1,24 @@
 import { and, eq, inArray, isNull, lt, lte, or } from 'drizzle-orm';
 import { signCallbackToken } from '../auth/callback-token';
-import { actionRuns, ACTIVE_RUN_STATUSES, deliveryJobs, runAttempts } from '../db/schema';
-import type { ActionTrigger, WebhookTrigger } from '../modules/actions/schemas';
-import { resolveSecrets } from '../modules/secrets/service';
 import { SealedSecretError } from '../auth/crypto';
+import { actionRuns, deliveryJobs, runAttempts } from '../db/schema';
 import type { RunEngine } from './engine';
-import { interpolate, interpolateText, InterpolationError, referencedSecrets, type InterpolationContext } from './interpolation';
-import { checkOutboundUrl } from './outbound-guard';
-import { buildOutboundRequest, type InterpolatedWebhookTrigger, type OutboundRequest } from './outbound-request';
-import { nextAttempt, type AttemptOutcome } from './retry';
-import { notifyRunOutcomes } from './run-notifications';
-import type { z } from '@hono/zod-openapi';
+import { scheduleRetry, type RetryPolicy } from './retry';
+import { templateContext, type RunRow } from './run-context';
+import { Undeliverable, type Attempt, type KindColumns, type Sent, type TriggerDefinition, type Verdict } from './trigger-kind';
+import { deliverableKind } from './trigger-kinds';
+import { DELIVERY_PREFIX, failDelivery, startRun } from './transitions';
 
 /**
- * One delivery attempt of a run's webhook trigger, from a leased job to its
- * recorded outcome (DECISIONS §4; ARCHITECTURE "Delivery"):
+ * One delivery attempt of a run, from a leased job to its recorded outcome
+ * (DECISIONS §4; ARCHITECTURE "Delivery"), whatever its trigger kind:
  *
- *   job → the run (still pending?) → secrets → interpolation → outbound guard
- *       → fetch (timeout, no redirects) → one transaction: the attempt's log
- *         row, and the run `running`, or the job re-scheduled, or the run
- *         `failed` with `[delivery] ...`.
+ *   job → the run (still pending?) → its kind (src/runs/trigger-kinds/)
+ *       → kind.send (for a webhook: secrets, interpolation, outbound guard,
+ *         fetch with a timeout and no redirects) → kind.classify
+ *       → one transaction: the attempt's log row, and the run `running`, or
+ *         the job re-scheduled per the kind's retry policy, or the run
+ *         `failed` with `[delivery] ...` (src/runs/transitions.ts).
  *
  * Nothing is written between taking the job and recording the outcome, and
  * no transaction is open during the HTTP call. A process that dies in
@@ -31,9 +30,6 @@ import type { z } from '@hono/zod-openapi';
  */
 
 export type DeliveryJob = typeof deliveryJobs.$inferSelect;
-type RunRow = typeof actionRuns.$inferSelect;
-
-export const DELIVERY_PREFIX = '[delivery]';
 
 export type AttemptResult =
   | { kind: 'delivered' }
@@ -48,9 +44,10 @@ export type AttemptResult =
 
 export interface AttemptOptions {
   /**
-   * Aborts the attempt's HTTP request (the host is stopping). The attempt is
-   * then not recorded, so it does not count against `retry.maxAttempts`: its
-   * receiver never answered, exactly as when the process dies mid-attempt.
+   * Aborts the attempt's request (the host is stopping). The attempt is then
+   * not recorded, so it does not count against the retry policy's
+   * `maxAttempts`: nobody answered, exactly as when the process dies
+   * mid-attempt.
    */
   signal?: AbortSignal;
 }
@@ -103,168 +100,37 @@ export async function claimJob(
   return null;
 }
 
-/** The callback address handed to the receiver: ids, not slugs, so a rename never breaks it. */
-export const callbackUrl = (run: Pick<RunRow, 'callbackBaseUrl' | 'orgId' | 'projectId' | 'envId' | 'id'>): string =>
-  `${run.callbackBaseUrl.replace(/\/+$/, '')}/${run.orgId}/${run.projectId}/envs/${run.envId}/action-runs/${run.id}/callback`;
-
-/** Thrown while preparing an attempt: the run fails with this message, not retried. */
-class Undeliverable extends Error {}
-
-/** Thrown when the attempt's request was aborted through AttemptOptions.signal. */
-class Abandoned extends Error {}
-
-interface PreparedAttempt {
-  trigger: InterpolatedWebhookTrigger;
-  signingSecret?: string;
-  /** Every value that must never appear in a recorded error. */
-  secrets: string[];
-}
-
-/**
- * The run's trigger with every template resolved: secrets decrypted for
- * this run's environment only, the callback token signed for this run.
- */
-async function prepareAttempt(engine: RunEngine, run: RunRow): Promise<PreparedAttempt> {
-  const stored = run.trigger as ActionTrigger;
-  if (stored.type !== 'webhook') throw new Undeliverable('pull-request triggers are not available on this server');
-  const trigger = stored as z.output<typeof WebhookTrigger>;
-  const tenancy = { orgId: run.orgId, projectId: run.projectId, envId: run.envId };
-  let secrets: Map<string, string>;
-  try {
-    secrets = await resolveSecrets(engine.db, engine.config.encryptionKey, tenancy, referencedSecrets(trigger));
-  } catch (error) {
-    if (error instanceof SealedSecretError) throw new Undeliverable(error.message);
-    throw error;
-  }
-  const callbackToken = await signCallbackToken(engine.config.authSecret, { runId: run.id, ...tenancy }, run.timeoutAt, run.createdAt);
-  const context: InterpolationContext = {
-    secrets: Object.fromEntries(secrets),
-    parameters: run.parameters as Record<string, unknown>,
-    entity: run.entitySnapshot as InterpolationContext['entity'],
-    run: { id: run.id, callbackUrl: callbackUrl(run), callbackToken },
-  };
-  try {
-    return { ...interpolateTrigger(trigger, context), secrets: [...secrets.values(), callbackToken] };
-  } catch (error) {
-    // a secret deleted since the trigger was accepted
-    if (error instanceof InterpolationError) throw new Undeliverable(error.message);
-    throw error;
-  }
-}
-
-/**
- * Every template of a webhook trigger resolved (InterpolationError lists the
- * unknown ones). Values inserted into the URL are percent-encoded.
- */
-export function interpolateTrigger(
-  trigger: z.output<typeof WebhookTrigger>,
-  context: InterpolationContext,
-): { trigger: InterpolatedWebhookTrigger; signingSecret?: string } {
-  const { url, signingSecret, ...rest } = trigger;
-  // every unknown reference at once, not the first field's
-  const unknown = [url, signingSecret ?? '', rest].flatMap((part) => {
-    try {
-      interpolate(part, context);
-      return [];
-    } catch (error) {
-      if (error instanceof InterpolationError) return error.unknownReferences;
-      throw error;
-    }
-  });
-  if (unknown.length > 0) throw new InterpolationError([...new Set(unknown)]);
-  return {
-    trigger: { ...interpolate(rest, context), url: interpolateText(url, context, { encode: encodeURIComponent }) },
-    signingSecret: signingSecret === undefined ? undefined : interpolateText(signingSecret, context),
-  };
-}
-
-/** An error text with every secret value of the attempt replaced, whatever the receiver or the network said. */
-function scrub(text: string, secrets: string[]): string {
+/** An error text with every concealed value of the attempt replaced, whatever the receiver or the network said. */
+function scrub(text: string, concealed: readonly string[]): string {
   let result = text;
-  for (const secret of secrets) if (secret.length >= 4) result = result.split(secret).join('[redacted]');
+  for (const secret of concealed) if (secret.length >= 4) result = result.split(secret).join('[redacted]');
   return result;
 }
 
-function networkErrorText(error: unknown, timeoutMs: number): string {
-  if (error instanceof Error && (error.name === 'TimeoutError' || error.name === 'AbortError')) {
-    return `no response within ${timeoutMs / 1000} s`;
-  }
-  const cause = error instanceof Error ? (error.cause as { code?: string; message?: string } | undefined) : undefined;
-  const detail = cause?.code ?? cause?.message ?? (error instanceof Error ? error.message : String(error));
-  return `network error (${detail})`;
-}
-
-/** Why buildOutboundRequest threw, in words that never include the values it was given. */
-function unbuildableReason(error: unknown): string {
-  const message = error instanceof Error ? error.message : '';
-  if (/invalid header (value|name)/i.test(message)) {
-    return 'a header value (configured, or from the auth) holds a line break or another character HTTP headers cannot carry';
-  }
-  return `the trigger's values were refused (${error instanceof Error ? error.name : 'unknown error'})`;
-}
-
-interface Sent {
-  outcome: AttemptOutcome;
-  httpStatus: number | null;
-  /** What went wrong, when something did. */
-  problem: string | null;
-  latencyMs: number;
-}
-
-async function send(engine: RunEngine, prepared: PreparedAttempt, webhookId: string, options: AttemptOptions): Promise<Sent> {
-  const started = performance.now();
-  const elapsed = () => Math.round(performance.now() - started);
-  const verdict = await checkOutboundUrl(prepared.trigger.url, {
-    allowedHosts: engine.config.outboundAllowedHosts,
-    resolve: engine.resolveHost,
-  });
-  if (!verdict.ok && verdict.transient) {
-    // DNS may answer later: retried like any network error
-    return { outcome: { kind: 'network-error' }, httpStatus: null, problem: `network error (${verdict.reason})`, latencyMs: elapsed() };
-  }
-  if (!verdict.ok) throw new Undeliverable(`refused to call the webhook URL: ${verdict.reason}`);
-  let request: OutboundRequest;
-  try {
-    request = await buildOutboundRequest(prepared.trigger, {
-      webhookId,
-      now: engine.clock.now(),
-      signingSecret: prepared.signingSecret,
-    });
-  } catch (error) {
-    // The same inputs fail the same way on every attempt, so the run fails now
-    // rather than the job looping until the reaper. The cause's message is not
-    // used: the HTTP client quotes the offending header value, often a secret.
-    throw new Undeliverable(`the request could not be built: ${unbuildableReason(error)}`);
-  }
-  const timeout = AbortSignal.timeout(engine.attemptTimeoutMs);
-  try {
-    const response = await engine.fetch(request.url, {
-      method: request.method,
-      headers: request.headers,
-      body: request.body,
-      redirect: 'manual',
-      signal: options.signal ? AbortSignal.any([timeout, options.signal]) : timeout,
-    });
-    // the body is not read: only the status counts, and a receiver may echo what it was sent
-    await response.body?.cancel().catch(() => {});
-    const status = response.status;
-    const outcome: AttemptOutcome = { kind: 'response', status, retryAfter: response.headers.get('retry-after') };
-    let problem: string | null = null;
-    if (status >= 300 && status < 400) problem = `the receiver answered HTTP ${status} (redirects are not followed)`;
-    else if (status >= 400) problem = `the receiver answered HTTP ${status}`;
-    return { outcome, httpStatus: status, problem, latencyMs: elapsed() };
-  } catch (error) {
-    if (options.signal?.aborted) throw new Abandoned();
-    // the host's connection-time guard (src/node/outbound-fetch.ts) refused the address the name resolved to now
-    const cause = error instanceof Error ? (error.cause as { code?: string; message?: string } | undefined) : undefined;
-    if (cause?.code === 'EADDRNOTPUBLIC') throw new Undeliverable(`refused to call the webhook URL: ${cause.message}`);
-    return {
-      outcome: { kind: 'network-error' },
-      httpStatus: null,
-      problem: networkErrorText(error, engine.attemptTimeoutMs),
-      latencyMs: elapsed(),
-    };
-  }
+/** What a kind's `send` is given: the run, the attempt, the engine, and the run's template context. */
+function attemptOf(engine: RunEngine, run: RunRow, job: DeliveryJob, options: AttemptOptions, concealed: string[]): Attempt<TriggerDefinition> {
+  const conceal = (...values: string[]) => void concealed.push(...values);
+  return {
+    trigger: run.trigger as TriggerDefinition,
+    run,
+    number: job.attempt,
+    engine,
+    signal: options.signal,
+    conceal,
+    async templateContext(secretNames) {
+      const tenancy = { runId: run.id, orgId: run.orgId, projectId: run.projectId, envId: run.envId };
+      const callbackToken = await signCallbackToken(engine.config.authSecret, tenancy, run.timeoutAt, run.createdAt);
+      conceal(callbackToken);
+      try {
+        const context = await templateContext(engine, run, callbackToken, secretNames);
+        conceal(...Object.values(context.secrets));
+        return context;
+      } catch (error) {
+        if (error instanceof SealedSecretError) throw new Undeliverable(error.message);
+        throw error;
+      }
+    },
+  };
 }
 
 /** Performs the leased job's attempt and records its outcome (or, aborted, hands the job back unrecorded). */
@@ -275,45 +141,42 @@ export async function runDeliveryAttempt(engine: RunEngine, job: DeliveryJob, op
     return { kind: 'skipped' };
   }
   const startedAt = engine.clock.now();
-  let sent: Sent;
-  let secrets: string[] = [];
+  const concealed: string[] = [];
+  const trigger = run.trigger as TriggerDefinition;
+  let attempted: { sent: Sent; verdict: Verdict; policy: RetryPolicy };
   try {
-    const prepared = await prepareAttempt(engine, run);
-    secrets = prepared.secrets;
-    sent = await send(engine, prepared, run.id, options);
+    const kind = deliverableKind(trigger.type);
+    const sent = await kind.send(attemptOf(engine, run, job, options, concealed));
+    attempted = { sent, verdict: kind.classify(sent, trigger), policy: kind.retryPolicy(trigger) };
   } catch (error) {
-    if (error instanceof Abandoned) return abandon(engine, job);
-    if (!(error instanceof Undeliverable)) throw error;
-    return recordOutcome(engine, run, job, {
-      startedAt,
-      latencyMs: 0,
-      httpStatus: null,
-      outcome: 'failed',
-      problem: scrub(error.message, secrets),
-      runError: `${DELIVERY_PREFIX} ${scrub(error.message, secrets)}`,
-    });
+    if (error instanceof Undeliverable) {
+      const problem = scrub(error.message, concealed);
+      return recordOutcome(engine, run, job, {
+        startedAt,
+        latencyMs: 0,
+        httpStatus: null,
+        outcome: 'failed',
+        problem,
+        runError: `${DELIVERY_PREFIX} ${problem}`,
+      });
+    }
+    // the host is stopping and the attempt was cut short: as if the process had died mid-attempt
+    if (options.signal?.aborted) return abandon(engine, job);
+    throw error;
   }
-  const problem = sent.problem === null ? null : scrub(sent.problem, secrets);
-  if (problem === null) {
-    return recordOutcome(engine, run, job, { startedAt, latencyMs: sent.latencyMs, httpStatus: sent.httpStatus, outcome: 'delivered', problem });
+  const { sent, verdict, policy } = attempted;
+  const measured = { startedAt, latencyMs: sent.latencyMs, httpStatus: sent.httpStatus };
+  if (verdict.kind === 'delivered') return recordOutcome(engine, run, job, { ...measured, outcome: 'delivered', problem: null, columns: verdict.columns });
+  const problem = scrub(verdict.problem, concealed);
+  if (verdict.kind === 'rejected') {
+    return recordOutcome(engine, run, job, { ...measured, outcome: 'failed', problem, runError: `${DELIVERY_PREFIX} ${problem} (not retried)` });
   }
-  const policy = (run.trigger as z.output<typeof WebhookTrigger>).retry;
-  const next = nextAttempt(job.attempt, sent.outcome, policy, { now: engine.clock.now(), random: engine.random });
+  const next = scheduleRetry(job.attempt, policy, verdict.retryAfterMs, { random: engine.random });
   if (next.retry) {
-    return recordOutcome(engine, run, job, {
-      startedAt,
-      latencyMs: sent.latencyMs,
-      httpStatus: sent.httpStatus,
-      outcome: 'retry',
-      problem,
-      retryAt: new Date(engine.clock.now().getTime() + next.delayMs),
-    });
+    return recordOutcome(engine, run, job, { ...measured, outcome: 'retry', problem, retryAt: new Date(engine.clock.now().getTime() + next.delayMs) });
   }
-  const runError =
-    next.reason === 'attempts-exhausted'
-      ? `${DELIVERY_PREFIX} gave up after ${job.attempt} attempt${job.attempt === 1 ? '' : 's'}; the last one: ${problem}`
-      : `${DELIVERY_PREFIX} ${problem} (not retried)`;
-  return recordOutcome(engine, run, job, { startedAt, latencyMs: sent.latencyMs, httpStatus: sent.httpStatus, outcome: 'failed', problem, runError });
+  const runError = `${DELIVERY_PREFIX} gave up after ${job.attempt} attempt${job.attempt === 1 ? '' : 's'}; the last one: ${problem}`;
+  return recordOutcome(engine, run, job, { ...measured, outcome: 'failed', problem, runError });
 }
 
 /**
@@ -343,14 +206,14 @@ type Outcome = {
   latencyMs: number;
   httpStatus: number | null;
   problem: string | null;
-} & ({ outcome: 'delivered' } | { outcome: 'retry'; retryAt: Date } | { outcome: 'failed'; runError: string });
+} & ({ outcome: 'delivered'; columns?: KindColumns } | { outcome: 'retry'; retryAt: Date } | { outcome: 'failed'; runError: string });
 
 /**
  * One transaction: the attempt's log row, and the run and the job moved
- * on (a run that fails notifies the user who triggered it). Each write is
- * guarded (the job at this attempt, the run still active), so a worker that
- * lost its lease, or a run completed or cancelled meanwhile, changes nothing
- * it should not.
+ * on (the run's state by src/runs/transitions.ts). Each write is guarded
+ * (the job at this attempt, the run still pending or active), so a worker
+ * that lost its lease, or a run completed or cancelled meanwhile, changes
+ * nothing it should not.
  */
 async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, outcome: Outcome): Promise<AttemptResult> {
   const now = engine.clock.now();
@@ -371,10 +234,7 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
       .onConflictDoUpdate({ target: [runAttempts.runId, runAttempts.attempt], set: attemptRow });
     switch (outcome.outcome) {
       case 'delivered':
-        await tx
-          .update(actionRuns)
-          .set({ status: 'running', startedAt: now })
-          .where(and(eq(actionRuns.id, run.id), eq(actionRuns.status, 'pending')));
+        await startRun(tx, run.id, now, outcome.columns);
         await tx.delete(deliveryJobs).where(thisJob);
         break;
       case 'retry':
@@ -383,16 +243,11 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
           .set({ attempt: job.attempt + 1, runAt: outcome.retryAt, leaseUntil: null, dispatchedAt: null })
           .where(thisJob);
         break;
-      case 'failed': {
-        const failed = await tx
-          .update(actionRuns)
-          .set({ status: 'failed', error: outcome.runError, completedAt: now })
-          .where(and(eq(actionRuns.id, run.id), inArray(actionRuns.status, [...ACTIVE_RUN_STATUSES])))
-          .returning();
+      case 'failed':
+        await failDelivery(tx, run.id, outcome.runError, now);
+        // the attempt's own job, also when the run had ended meanwhile
         await tx.delete(deliveryJobs).where(thisJob);
-        await notifyRunOutcomes(tx, failed, now);
         break;
-      }
     }
   });
   const level = outcome.outcome === 'delivered' ? 'info' : 'warn';

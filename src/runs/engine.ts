@@ -1,8 +1,42 @@
 import type { Config } from '../config';
-import type { Db } from '../db/client';
+import type { Db, Queryable, Tx } from '../db/client';
 import type { Logger } from '../logger';
 import type { Clock } from '../platform';
+import type { Secret } from '../secret';
 import type { ResolveHost } from './outbound-guard';
+
+/** The tenancy of a run: whose secrets it may read. */
+export interface RunTenancy {
+  orgId: string;
+  projectId: string;
+  envId: string;
+}
+
+/**
+ * What the run engine takes from the modules (ARCHITECTURE "Runs: trigger
+ * kinds"): src/runs/ imports no module, so the composition (the hosts, and
+ * the API's verbs) hands these in; src/modules/action-runs/run-ports.ts is
+ * the one implementation.
+ */
+export interface RunPorts {
+  /**
+   * The named secrets of one environment, decrypted; absent names are left
+   * out. Throws SealedSecretError (src/auth/crypto.ts) for a value that
+   * cannot be opened.
+   */
+  resolveSecrets(db: Queryable, key: Secret, env: RunTenancy, names: string[]): Promise<Map<string, string>>;
+  /**
+   * Moves an entity to `state` for a run that ends (its action's onSuccess or
+   * onFailure), inside the run's transaction, with its change-log row; the
+   * environment is noted in `changes` for publishing after commit.
+   */
+  moveEntityState(
+    tx: Tx,
+    deps: { clock: Clock; changes: Set<string> },
+    entityId: string,
+    state: string,
+  ): Promise<{ moved: true } | { moved: false; reason: string }>;
+}
 
 /**
  * What the run engine works with outside a request: the delivery attempts,
@@ -28,11 +62,13 @@ export interface RunEngine {
    * another; a dead worker's job is taken up again when the lease runs out.
    */
   leaseMs: number;
+  /** Secrets and entity moves, from the modules. */
+  ports: RunPorts;
 }
 
 /** The engine on a host's database handle, with the settings of its config. */
 export function createRunEngine(
-  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost'>>,
+  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost'>>,
 ): RunEngine {
   return {
     random: Math.random,

@@ -1,6 +1,6 @@
 import { SignJWT } from 'jose';
-import type { z } from '@hono/zod-openapi';
-import type { WebhookTrigger } from '../modules/actions/schemas';
+import { z } from '@hono/zod-openapi';
+import { Credential, HeaderName, TemplateString } from './trigger-fields';
 
 /**
  * The HTTP request of one delivery attempt, from a webhook trigger whose
@@ -11,7 +11,32 @@ import type { WebhookTrigger } from '../modules/actions/schemas';
  * `webhook-signature` when the trigger names a signing secret.
  */
 
-export type InterpolatedWebhookTrigger = z.output<typeof WebhookTrigger>;
+/** The credentials a request may carry, as a webhook trigger defines them (DECISIONS §4). */
+export const WebhookAuth = z
+  .discriminatedUnion('type', [
+    z.strictObject({ type: z.literal('bearer'), token: Credential }),
+    z.strictObject({ type: z.literal('basic'), username: TemplateString.min(1), password: Credential }),
+    z.strictObject({ type: z.literal('header'), name: HeaderName, value: Credential }),
+    z.strictObject({
+      type: z.literal('jwt'),
+      secret: Credential,
+      algorithm: z.literal('HS256').default('HS256'),
+      claims: z.record(z.string(), z.unknown()).optional(),
+      expiresInSeconds: z.number().int().positive().max(86_400).default(300),
+    }),
+  ])
+  .openapi('ActionWebhookAuth', {
+    description: 'bearer, basic, header, or jwt (an HS256 JWT sent as `Authorization: Bearer`)',
+  });
+
+/** What a request is built from: the parts of a webhook trigger, interpolated. */
+export interface OutboundRequestSpec {
+  url: string;
+  method: string;
+  headers?: Record<string, string>;
+  payload?: unknown;
+  auth?: z.output<typeof WebhookAuth>;
+}
 
 export interface OutboundRequest {
   url: string;
@@ -42,7 +67,7 @@ export async function signWebhook(secret: string, id: string, timestamp: number,
   return `v1,${base64(signature)}`;
 }
 
-async function authorization(auth: NonNullable<InterpolatedWebhookTrigger['auth']>, now: Date): Promise<[string, string]> {
+async function authorization(auth: NonNullable<OutboundRequestSpec['auth']>, now: Date): Promise<[string, string]> {
   switch (auth.type) {
     case 'bearer':
       return ['authorization', `Bearer ${auth.token}`];
@@ -63,7 +88,7 @@ async function authorization(auth: NonNullable<InterpolatedWebhookTrigger['auth'
 }
 
 export async function buildOutboundRequest(
-  trigger: InterpolatedWebhookTrigger,
+  trigger: OutboundRequestSpec,
   delivery: { webhookId: string; now: Date; signingSecret?: string },
 ): Promise<OutboundRequest> {
   const headers = new Headers({ 'user-agent': USER_AGENT });

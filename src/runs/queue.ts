@@ -1,6 +1,6 @@
 import { and, isNull, lt, lte, or, sql } from 'drizzle-orm';
 import { deliveryJobs } from '../db/schema';
-import { reapTimedOutRuns, failDeadLettered } from './completion';
+import { reapTimedOutRuns, failDeadLettered } from './transitions';
 import { claimJob, runDeliveryAttempt } from './delivery';
 import { pruneChanges } from '../stream/feed';
 import type { RunEngine } from './engine';

@@ -46,9 +46,24 @@ export function nextAttempt(
   options: { now: Date; random: () => number },
 ): { retry: true; delayMs: number } | { retry: false; reason: 'not-retryable' | 'attempts-exhausted' } {
   if (!isRetryable(outcome)) return { retry: false, reason: 'not-retryable' };
+  const retryAfterMs = outcome.kind === 'response' ? parseRetryAfter(outcome.retryAfter, options.now) : undefined;
+  return scheduleRetry(attempt, policy, retryAfterMs, options);
+}
+
+/**
+ * After a retryable failure of attempt number `attempt`, whatever the trigger
+ * kind: the delay before the next attempt, or `attempts-exhausted`.
+ * `retryAfterMs` is the least wait the other side asked for (HTTP
+ * `Retry-After`, a rate limit's reset), if any.
+ */
+export function scheduleRetry(
+  attempt: number,
+  policy: RetryPolicy,
+  retryAfterMs: number | undefined,
+  options: { random: () => number },
+): { retry: true; delayMs: number } | { retry: false; reason: 'attempts-exhausted' } {
   if (attempt >= policy.maxAttempts) return { retry: false, reason: 'attempts-exhausted' };
   const base = policy.backoff === 'fixed' ? policy.initialDelayMs : policy.initialDelayMs * 2 ** (attempt - 1);
   const jittered = Math.floor(options.random() * Math.min(base, MAX_RETRY_DELAY_MS));
-  const retryAfter = outcome.kind === 'response' ? parseRetryAfter(outcome.retryAfter, options.now) : undefined;
-  return { retry: true, delayMs: Math.min(MAX_RETRY_DELAY_MS, Math.max(jittered, retryAfter ?? 0)) };
+  return { retry: true, delayMs: Math.min(MAX_RETRY_DELAY_MS, Math.max(jittered, retryAfterMs ?? 0)) };
 }

@@ -9,24 +9,23 @@ import { actionRuns, deliveryJobs, entities, environments, orgs, projects, runAt
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import { decodeCursor, splitPage } from '../../http/pagination';
-import { cancelRun, completeRun, type RunRow, type Transition } from '../../runs/completion';
-import { callbackUrl, interpolateTrigger } from '../../runs/delivery';
-import { InterpolationError, referencedSecrets } from '../../runs/interpolation';
-import { checkOutboundUrl } from '../../runs/outbound-guard';
+import type { TriggerDefinition } from '../../runs/trigger-kind';
+import { dryRunTrigger, kindForTrigger } from '../../runs/trigger';
+import { cancelRun, completeRun, type RunRow, type Transition } from '../../runs/transitions';
 import { conditionSubject, failedConditions, getActionRow } from '../actions/service';
-import type { ActionTrigger } from '../actions/schemas';
 import type { CellConstraint } from '../catalog-items';
 import { callerCellScope } from '../cells/membership';
 import { entityForWrite } from '../entities/service';
 import { isUuid } from '../names';
 import { validateProperties, type PropertyDefinition } from '../properties';
-import { resolveSecrets } from '../secrets/service';
+import { runPorts } from './run-ports';
 import type { ActionRun, ActionRunListRow, CallbackRequest, RunListQuery, TriggerRequest } from './schemas';
 
 /**
  * Action runs: trigger (a run and its delivery job, one transaction), list,
- * get, cancel, and the per-run callback. The delivery itself, the reaper and
- * the terminal transitions live in src/runs/.
+ * get, cancel, and the per-run callback. What depends on the trigger's kind
+ * (its dry run, its delivery), the reaper and every change of a run's state
+ * live in src/runs/.
  */
 
 type AttemptRow = typeof runAttempts.$inferSelect;
@@ -128,8 +127,9 @@ export interface TriggerOptions {
 
 /**
  * `POST ENV/entities/{name}/actions/{action}`: checks everything a delivery
- * could know now (the action applies and its conditions hold, parameters,
- * every template reference, the URL's form), then writes the run and its
+ * could know now (the trigger's kind runs here, the action applies and its
+ * conditions hold, parameters, and the kind's dry run: for a webhook, every
+ * template reference and the URL's form), then writes the run and its
  * delivery job in one transaction (the outbox) and tells the host.
  */
 export async function triggerAction(
@@ -152,10 +152,9 @@ export async function triggerAction(
     const earlier = await replayOf(ctx.db, env.id, options.idempotencyKey, requestFingerprint);
     if (earlier) return { run: await withAttempts(ctx.db, earlier), replayed: true };
   }
-  const trigger = action.trigger as ActionTrigger;
-  if (trigger.type !== 'webhook') {
-    throw new ApiError('not_implemented', 'pull-request triggers are not available on this server yet; only webhook triggers run');
-  }
+  const trigger = action.trigger as TriggerDefinition;
+  // a kind this server does not run is 501 before anything else is judged
+  const kind = kindForTrigger(trigger);
   const failures = failedConditions(action.conditions as CellConstraint[], await conditionSubject(ctx.db, entity));
   if (failures.length > 0) {
     throw new ApiError(
@@ -176,28 +175,7 @@ export async function triggerAction(
     callbackBaseUrl: callbackBase(ctx),
   };
   const entitySnapshot = { id: entity.id, name: entity.name, properties: entity.properties as Record<string, unknown> };
-
-  // a dry run of the delivery's interpolation: an unknown reference is the caller's 400 now, not a failed run later
-  const secrets = await resolveSecrets(ctx.db, ctx.config.encryptionKey, { orgId: run.orgId, projectId: run.projectId, envId: run.envId }, referencedSecrets(trigger));
-  let url: string;
-  try {
-    url = interpolateTrigger(trigger, {
-      secrets: Object.fromEntries(secrets),
-      parameters,
-      entity: entitySnapshot,
-      run: { id: runId, callbackUrl: callbackUrl(run), callbackToken: 'callback-token' },
-    }).trigger.url;
-  } catch (error) {
-    if (!(error instanceof InterpolationError)) throw error;
-    throw new ApiError(
-      'unknown_reference',
-      `the action's trigger refers to what this run does not have: ${error.unknownReferences.join(', ')}`,
-      error.unknownReferences.map((reference) => ({ path: reference, message: reference.startsWith('secrets.') ? 'no such secret in this environment' : 'unknown reference' })),
-    );
-  }
-  // the form and literal addresses now; names are resolved and checked again at every delivery
-  const verdict = await checkOutboundUrl(url, { allowedHosts: ctx.config.outboundAllowedHosts });
-  if (!verdict.ok) throw new ApiError('outbound_url_refused', `the webhook URL is refused: ${verdict.reason}`);
+  const kindColumns = await dryRunTrigger(kind, { db: ctx.db, config: ctx.config, ports: runPorts }, trigger, { ...run, parameters, entitySnapshot });
 
   let row: RunRow;
   try {
@@ -206,6 +184,7 @@ export async function triggerAction(
         .insert(actionRuns)
         .values({
           ...run,
+          ...kindColumns,
           actionId: action.id,
           actionName: action.name,
           entityId: entity.id,
@@ -381,7 +360,13 @@ export async function completeRunByCallback(
     throw notFound(`action run "${id}"`);
   }
   if (found.org.suspendedAt) throw new ApiError('org_suspended', `organization "${found.org.slug}" is suspended`);
-  const result = await completeRun(ctx.db, { clock: ctx.clock, logger: ctx.logger, changes: ctx.changedEnvironments }, id, found.run.envId, body);
+  const result = await completeRun(
+    ctx.db,
+    { clock: ctx.clock, logger: ctx.logger, changes: ctx.changedEnvironments, ports: runPorts },
+    id,
+    found.run.envId,
+    body,
+  );
   return withAttempts(
     ctx.db,
     settled(result, id, (status) => new ApiError('run_not_completable', `action run "${id}" is ${status}; only a pending or running run can be completed`)),

@@ -5,66 +5,16 @@ import type { Queryable } from '../../db/client';
 import { actions, entityMetrics } from '../../db/schema';
 import { ApiError, notFound, type ErrorDetail } from '../../http/errors';
 import { timestamp } from '../../http/openapi';
+import { redactTrigger } from '../../runs/trigger-kinds';
 import { failedConstraint, type CellConstraint, type ConstraintSubject } from '../catalog-items';
 import { callerCellScope } from '../cells/membership';
 import { visibleEntity } from '../entities/service';
 import { getEntityTypeDefinition } from '../entity-types/service';
 import type { PropertyDefinition } from '../properties';
-import { REDACTED, SECRET_REFERENCE, type Action, type ActionRequest, type ActionTrigger, type AvailableAction } from './schemas';
+import type { Action, ActionRequest, ActionTrigger, AvailableAction } from './schemas';
 
 type ActionRow = typeof actions.$inferSelect;
 const DEFAULT_TIMEOUT_MINUTES = 60;
-
-/**
- * A credential a response may show: one made only of templates (a
- * `{{ secrets.x }}` reference, or a value interpolated per run), which holds
- * no secret itself. Anything else is a literal and is redacted.
- */
-const showable = (value: string) => SECRET_REFERENCE.test(value) || value.replace(/\{\{[^{}]*\}\}/g, '').trim() === '';
-const redact = (value: string) => (showable(value) ? value : REDACTED);
-
-/**
- * A stored URL with `user:password@` shows `[redacted]@` in its place. Such
- * URLs are refused at definition, but rows written before that may hold one
- * (their deliveries are refused by the outbound guard). The text is kept as
- * written, templates included; should the replacement not leave exactly the
- * marker as userinfo (a URL the pattern misreads), the whole URL is redacted.
- */
-function redactUserinfo(url: string): string {
-  const userinfoOf = (text: string) => {
-    try {
-      const parsed = new URL(text);
-      return parsed.username || parsed.password ? `${parsed.username}:${parsed.password}` : undefined;
-    } catch {
-      return undefined;
-    }
-  };
-  if (userinfoOf(url) === undefined) return url;
-  // the authority ends at the first / ? # or \ (http and https); its last @ ends the userinfo
-  const replaced = url.replace(/^(\s*[A-Za-z][A-Za-z0-9+.-]*:[/\\]*)[^/?#\\]*@/, `$1${REDACTED}@`);
-  return userinfoOf(replaced) === `${encodeURIComponent(REDACTED)}:` ? replaced : REDACTED;
-}
-
-/**
- * The trigger as responses show it. The stored row keeps the literal, which
- * the run engine reads from the database; catalog:read holders never see it.
- */
-function redactTrigger(stored: ActionTrigger): ActionTrigger {
-  if (stored.type === 'pull-request') return stored.auth ? { ...stored, auth: { token: redact(stored.auth.token) } } : stored;
-  const trigger = { ...stored, url: redactUserinfo(stored.url) };
-  if (!trigger.auth) return trigger;
-  const auth = trigger.auth;
-  switch (auth.type) {
-    case 'bearer':
-      return { ...trigger, auth: { ...auth, token: redact(auth.token) } };
-    case 'basic':
-      return { ...trigger, auth: { ...auth, password: redact(auth.password) } };
-    case 'header':
-      return { ...trigger, auth: { ...auth, value: redact(auth.value) } };
-    case 'jwt':
-      return { ...trigger, auth: { ...auth, secret: redact(auth.secret) } };
-  }
-}
 
 const toAction = (row: ActionRow): Action => ({
   name: row.name,
@@ -73,7 +23,8 @@ const toAction = (row: ActionRow): Action => ({
   entityType: row.entityTypeName,
   conditions: row.conditions as CellConstraint[],
   parameters: row.parameters as PropertyDefinition[],
-  trigger: redactTrigger(row.trigger as ActionTrigger),
+  // the stored row keeps the literal credentials, which the run engine reads; catalog:read holders never see them
+  trigger: redactTrigger(row.trigger as ActionTrigger) as ActionTrigger,
   onSuccess: row.onSuccess,
   onFailure: row.onFailure,
   timeoutMinutes: row.timeoutMinutes,

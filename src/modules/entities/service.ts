@@ -7,6 +7,7 @@ import { entities, entityUniqueKeys } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import { decodeCursor, splitPage } from '../../http/pagination';
+import { completeRunsByEntityMove } from '../../runs/transitions';
 import { recordEntityChange } from '../../stream/change-log';
 import { assertEntityInScope, callerCellScope, cellMembershipCondition, entityCells, getCell } from '../cells/membership';
 import { getEntityTypeDefinition, shareEntityTypeVersion, type EntityTypeDefinition } from '../entity-types/service';
@@ -394,6 +395,10 @@ async function createEntityInOneStatement(ctx: ServiceContext, ref: EnvRef, inpu
  * Replaces what the body names: `properties` and `labels` wholesale (defaults
  * filled again, as on create), `state` subject to the type's transitions,
  * `name` renames. Every successful call is one `entity.updated`.
+ *
+ * A state change may end the entity's active runs (DECISIONS §8: moved to an
+ * action's onSuccess, the run succeeds; to its onFailure, it fails), in this
+ * transaction: so every state change goes this way, never a fast path.
  */
 export async function updateEntity(ctx: ServiceContext, ref: EnvRef, name: string, input: EntityUpdate): Promise<Entity> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
@@ -426,6 +431,8 @@ export async function updateEntity(ctx: ServiceContext, ref: EnvRef, name: strin
     }
     // a change of labels, state or properties may take the entity out of derived cells
     await assertEntityInScope(tx, scope, row.id, row.name);
+    // the entity's row is locked (above), as every path that ends one of its runs locks it first
+    if (row.state !== current.state) await completeRunsByEntityMove(tx, ctx.clock, { entityId: row.id, state: row.state });
     const entity = toEntity(row);
     await recordEntityChange(tx, ctx.changedEnvironments, env.id, { type: 'entity.updated', entity });
     return entity;

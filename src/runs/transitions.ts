@@ -1,0 +1,334 @@
+import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
+import type { Db, Tx } from '../db/client';
+import { actionRuns, ACTIVE_RUN_STATUSES, deliveryJobs, entities } from '../db/schema';
+import type { Logger } from '../logger';
+import type { Clock } from '../platform';
+import type { RunPorts } from './engine';
+import type { RunRow } from './run-context';
+import { notifyRunOutcomes, type EndedRun } from './run-notifications';
+import type { KindColumns, ReportSource, RunReport } from './trigger-kind';
+import { knownKind } from './trigger-kinds';
+
+/**
+ * Every change of a run's state (SPEC "ActionRun status"), and nothing else
+ * changes one:
+ *
+ *   pending → running                        startRun (a delivery carried out)
+ *   pending → cancelled                      cancelRun
+ *   active  → failed `[delivery] ...`        failDelivery, failDeadLettered
+ *   active  → succeeded / failed, reported   completeRun (the callback; a kind's inbound event)
+ *   active  → succeeded / failed, by a move  completeRunsByEntityMove (the entity API, DECISIONS §8)
+ *   active  → failed, timed out              reapTimedOutRuns
+ *
+ * Each is one guarded UPDATE ... WHERE status IN (<the states it may leave>)
+ * RETURNING, so of a callback, a move, a cancel, a reaper and a failing
+ * delivery racing for one run exactly one moves it; the others find nothing
+ * to move. Whoever ends a run, in the same transaction: drops its delivery
+ * job, moves its entity to the action's onSuccess / onFailure when the end
+ * was reported (the move's change-log row with it), and notifies the user who
+ * triggered it (./run-notifications.ts).
+ *
+ * Lock order: a run's entity row before the run's row (as the entity API's
+ * writes and an entity's delete take them), then its delivery job, then what
+ * the entity move and the notification lock.
+ */
+
+export const DELIVERY_PREFIX = '[delivery]';
+
+export type { RunRow };
+
+export type Transition =
+  | { ok: true; run: RunRow }
+  /** `deliveryInProgress`: a cancel refused because a worker is sending the run's trigger right now. */
+  | { ok: false; run: RunRow | undefined; deliveryInProgress?: true };
+
+/** The callback's body (DECISIONS §4). */
+export type CallbackResult = RunReport;
+
+/** What completing a run may need besides the database: the entity move comes from the modules. */
+export interface CompletionDeps {
+  clock: Clock;
+  logger: Logger;
+  /** Where the entity's environment is noted when it moves (the request's changedEnvironments). */
+  changes: Set<string>;
+  ports: Pick<RunPorts, 'moveEntityState'>;
+}
+
+const active = inArray(actionRuns.status, [...ACTIVE_RUN_STATUSES]);
+const isActive = (status: string) => (ACTIVE_RUN_STATUSES as readonly string[]).includes(status);
+
+async function current(db: Db, runId: string, envId: string): Promise<RunRow | undefined> {
+  const [run] = await db
+    .select()
+    .from(actionRuns)
+    .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId)))
+    .limit(1);
+  return run;
+}
+
+// --- the one way a run ends ------------------------------------------------------
+
+interface Ending {
+  status: 'succeeded' | 'failed';
+  error: string | null;
+  /** Set only when given: a run that ends without a report keeps none. */
+  output?: unknown;
+}
+
+/**
+ * What follows every end, in its transaction: the delivery job dropped, the
+ * entity moved (when `moves` is given: a reported end), the triggering user
+ * notified.
+ */
+async function afterEnd(tx: Tx, runs: RunRow[], at: Date, moves?: CompletionDeps): Promise<void> {
+  if (runs.length === 0) return;
+  await tx.delete(deliveryJobs).where(inArray(deliveryJobs.runId, runs.map((run) => run.id)));
+  if (moves) {
+    for (const run of runs) {
+      const target = run.status === 'succeeded' ? run.onSuccess : run.onFailure;
+      if (target === null || run.entityId === null) continue;
+      const move = await moves.ports.moveEntityState(tx, moves, run.entityId, target);
+      if (!move.moved && move.reason === 'state-not-declared') {
+        moves.logger.warn('run completed without moving its entity: the state is no longer one of its type', { runId: run.id, state: target });
+      }
+    }
+  }
+  await notifyRunOutcomes(tx, runs, at);
+}
+
+/** The guarded UPDATE: the runs `which` selects that are still active end as `ending`. */
+async function endRuns(tx: Tx, which: SQL | undefined, ending: Ending, at: Date, moves?: CompletionDeps): Promise<RunRow[]> {
+  const runs = await tx
+    .update(actionRuns)
+    .set({
+      status: ending.status,
+      completedAt: at,
+      error: ending.error,
+      ...(ending.output === undefined ? {} : { output: ending.output }),
+    })
+    .where(and(which, active))
+    .returning();
+  await afterEnd(tx, runs, at, moves);
+  return runs;
+}
+
+// --- delivery --------------------------------------------------------------------
+
+/** pending → running: its trigger was carried out; `columns` are its kind's (a pull request's number, URL, ...). */
+export async function startRun(tx: Tx, runId: string, at: Date, columns: KindColumns = {}): Promise<boolean> {
+  const started = await tx
+    .update(actionRuns)
+    .set({ ...columns, status: 'running', startedAt: at })
+    .where(and(eq(actionRuns.id, runId), eq(actionRuns.status, 'pending')))
+    .returning({ id: actionRuns.id });
+  return started.length > 0;
+}
+
+/** active → failed: its delivery failed for good (`error` starts with DELIVERY_PREFIX). The entity stays where it is. */
+export async function failDelivery(tx: Tx, runId: string, error: string, at: Date): Promise<RunRow[]> {
+  return endRuns(tx, eq(actionRuns.id, runId), { status: 'failed', error }, at);
+}
+
+/**
+ * Worker: a delivery message that failed in the consumer past the queue's
+ * retries. Only the attempt it stood for is given up: when the job has moved
+ * on (a duplicate or swept message delivered it, or scheduled a later
+ * attempt), the dead letter is stale and the run is left alone.
+ */
+export async function failDeadLettered(db: Db, clock: Clock, runId: string, attempt: number): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    const [job] = await tx
+      .delete(deliveryJobs)
+      .where(and(eq(deliveryJobs.runId, runId), eq(deliveryJobs.attempt, attempt)))
+      .returning({ runId: deliveryJobs.runId });
+    if (!job) return false;
+    const failed = await endRuns(
+      tx,
+      and(eq(actionRuns.id, runId), eq(actionRuns.status, 'pending')),
+      {
+        status: 'failed',
+        error: `${DELIVERY_PREFIX} the delivery could not be processed (its queue message was dead-lettered after repeated consumer failures)`,
+      },
+      clock.now(),
+    );
+    return failed.length > 0;
+  });
+}
+
+// --- cancel ----------------------------------------------------------------------
+
+/**
+ * pending → cancelled, unless a worker holds the run's job: its request may
+ * already be at the receiver, and a run both cancelled and delivered is the
+ * one outcome a cancel must not produce. The caller gets the run still
+ * pending, with `deliveryInProgress`; once the attempt is recorded (or a dead
+ * worker's lease runs out) the run can be cancelled again, or is running.
+ *
+ * Locks the run's row, then its job's, the order of every other transition;
+ * a worker's claim skips the locked job (FOR UPDATE SKIP LOCKED), or, having
+ * leased it first, is seen here.
+ */
+export async function cancelRun(db: Db, clock: Clock, runId: string, envId: string): Promise<Transition> {
+  const now = clock.now();
+  const outcome = await db.transaction(async (tx): Promise<{ run?: RunRow; deliveryInProgress?: true }> => {
+    const [pending] = await tx
+      .select({ id: actionRuns.id })
+      .from(actionRuns)
+      .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId), eq(actionRuns.status, 'pending')))
+      .for('no key update');
+    if (!pending) return {};
+    const [job] = await tx
+      .select({ leaseUntil: deliveryJobs.leaseUntil })
+      .from(deliveryJobs)
+      .where(eq(deliveryJobs.runId, runId))
+      .for('update');
+    // leased means held: a claim takes only jobs whose lease_until < now
+    if (job?.leaseUntil && job.leaseUntil >= now) return { deliveryInProgress: true };
+    const [run] = await tx
+      .update(actionRuns)
+      .set({ status: 'cancelled', completedAt: now })
+      .where(eq(actionRuns.id, runId))
+      .returning();
+    await tx.delete(deliveryJobs).where(eq(deliveryJobs.runId, runId));
+    return { run };
+  });
+  if (outcome.run) return { ok: true, run: outcome.run };
+  return { ok: false, run: await current(db, runId, envId), ...(outcome.deliveryInProgress ? { deliveryInProgress: true } : {}) };
+}
+
+// --- completion ------------------------------------------------------------------
+
+/**
+ * active → succeeded / failed, as reported (the callback, or an inbound
+ * event of the run's kind); the entity moves to the action's onSuccess /
+ * onFailure in the same transaction. The run's kind may read the report
+ * first (TriggerKind.complete): a report it does not take as the end leaves
+ * the run as it is.
+ */
+export async function completeRun(
+  db: Db,
+  deps: CompletionDeps,
+  runId: string,
+  envId: string,
+  report: RunReport,
+  source: ReportSource = 'callback',
+): Promise<Transition> {
+  const now = deps.clock.now();
+  const outcome = await db.transaction(async (tx): Promise<{ ended?: RunRow; kept?: RunRow }> => {
+    // unlocked: its entity and trigger never change but for the entity's deletion, and the guarded UPDATE decides
+    const [run] = await tx
+      .select()
+      .from(actionRuns)
+      .where(and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId)))
+      .limit(1);
+    if (!run || !isActive(run.status)) return {};
+    if (run.entityId !== null) await tx.select({ id: entities.id }).from(entities).where(eq(entities.id, run.entityId)).for('update');
+    const kind = knownKind((run.trigger as { type: string }).type);
+    const ending = kind && 'complete' in kind && kind.complete ? kind.complete(run, report, source) : report;
+    if (ending === null) return { kept: run };
+    const [ended] = await endRuns(
+      tx,
+      and(eq(actionRuns.id, runId), eq(actionRuns.envId, envId)),
+      {
+        status: ending.status,
+        error: ending.status === 'failed' ? ending.error : null,
+        output: ending.output === undefined ? null : ending.output,
+      },
+      now,
+      deps,
+    );
+    return { ended };
+  });
+  if (outcome.ended) return { ok: true, run: outcome.ended };
+  if (outcome.kept) return { ok: true, run: outcome.kept };
+  return { ok: false, run: await current(db, runId, envId) };
+}
+
+/**
+ * The entity API moved an entity to `state` (DECISIONS §8): each of its
+ * active runs whose action ends there completes — succeeded at its
+ * onSuccess, failed at its onFailure (onSuccess first, should both name the
+ * state). Called inside the move's transaction with the entity's row locked;
+ * the move itself, and its change-log row, are the caller's: nothing is
+ * moved again. A run ended by another path first is not touched.
+ */
+export async function completeRunsByEntityMove(tx: Tx, clock: Clock, move: { entityId: string; state: string }): Promise<RunRow[]> {
+  const now = clock.now();
+  const reachedSuccess = sql`${actionRuns.onSuccess} = ${move.state}`;
+  const runs = await tx
+    .update(actionRuns)
+    .set({
+      status: sql`case when ${reachedSuccess} then 'succeeded' else 'failed' end`,
+      completedAt: now,
+      error: sql`case when ${reachedSuccess} then null else ${`the entity was moved to "${move.state}", the action's onFailure state, through the API`} end`,
+    })
+    .where(
+      and(
+        eq(actionRuns.entityId, move.entityId),
+        active,
+        sql`(${actionRuns.onSuccess} = ${move.state} or ${actionRuns.onFailure} = ${move.state})`,
+      ),
+    )
+    .returning();
+  await afterEnd(tx, runs, now);
+  return runs;
+}
+
+// --- timeouts --------------------------------------------------------------------
+
+/**
+ * Active runs past their deadline become failed, in one statement; run
+ * twice, or by two reapers at once, it fails each run once. A run still
+ * pending never got its trigger delivered, and its error says so. The
+ * notifications of the reaped runs are written in the same transaction.
+ */
+export async function reapTimedOutRuns(db: Db, clock: Clock): Promise<string[]> {
+  const now = clock.now();
+  return db.transaction(async (tx) => {
+    const result = await tx.execute(sql`
+      with reaped as (
+        update ${actionRuns}
+        set status = 'failed',
+            completed_at = ${now},
+            error = case when status = 'pending'
+              then ${`${DELIVERY_PREFIX} timed out after `} || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
+                || ' before the trigger could be delivered'
+              else 'timed out after ' || timeout_minutes || (case when timeout_minutes = 1 then ' minute' else ' minutes' end)
+                || ' without a completion'
+            end
+        where status in ('pending', 'running') and timeout_at <= ${now}
+        returning id, org_id, project_id, env_id, action_name, operation_entity_name, triggered_by, status, error
+      ), dropped as (
+        delete from ${deliveryJobs} where run_id in (select id from reaped)
+      )
+      select * from reaped`);
+    const reaped = (result as unknown as { rows: ReapedRow[] }).rows.map(endedRunOf);
+    await notifyRunOutcomes(tx, reaped, now);
+    return reaped.map((run) => run.id);
+  });
+}
+
+/** A row of the reaper's raw statement: its columns by their SQL names. */
+interface ReapedRow {
+  id: string;
+  org_id: string;
+  project_id: string;
+  env_id: string;
+  action_name: string;
+  operation_entity_name: string | null;
+  triggered_by: string;
+  status: 'failed';
+  error: string | null;
+}
+
+const endedRunOf = (row: ReapedRow): EndedRun => ({
+  id: row.id,
+  orgId: row.org_id,
+  projectId: row.project_id,
+  envId: row.env_id,
+  actionName: row.action_name,
+  operationEntityName: row.operation_entity_name,
+  triggeredBy: row.triggered_by,
+  status: row.status,
+  error: row.error,
+});

@@ -34,6 +34,7 @@ import { memberRoutes } from './modules/members/routes';
 import { notificationRoutes } from './modules/notifications/routes';
 import { preferenceRoutes } from './modules/preferences/routes';
 import { ssoRoutes } from './modules/sso/routes';
+import { githubRoutes, githubSignedRoutes } from './modules/github/routes';
 
 /** Schema violations become 400 validation_failed with one detail per issue. */
 const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
@@ -127,6 +128,8 @@ export function createApp(platform: Platform) {
   callbacks.use(CALLBACK_PATH, refuseHostileUrl(), limitBody(), parseJsonBody(), requestContext(platform, { authenticate: false }));
   callbacks.route('/', actionRunCallbackRoutes);
   app.route('/', callbacks);
+  // code-hosting routes exist in cloud mode only (SPEC: 404 in oss); the App webhook (HMAC) and the install callback (signed state) check their own credential, so they too answer before the token check
+  if (platform.config.deployment === 'cloud') app.route('/', githubSignedRoutes(platform));
 
   // Better Auth's own routes (sign-up, sign-in, sessions, verification, SSO): it reads its own bodies
   app.on(['GET', 'POST'], `${AUTH_BASE_PATH}/*`, refuseHostileUrl(), limitBody(), authHandler(platform));
@@ -160,6 +163,7 @@ export function createApp(platform: Platform) {
   api.route('/', secretRoutes);
   api.route('/', actionRunRoutes);
   api.route('/', graphViewRoutes);
+  if (platform.config.deployment === 'cloud') api.route('/', githubRoutes);
   app.route('/', api);
 
   return app;

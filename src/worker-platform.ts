@@ -86,7 +86,7 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
 
   const logger: Logger = createLogger({
     level: config.logLevel,
-    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.smtpUrl],
+    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.codehostApp?.webhookSecret, config.smtpUrl],
     sink: options.logSink,
   });
   const connectionString = config.databaseUrl!.reveal();

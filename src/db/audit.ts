@@ -28,7 +28,10 @@ export type AuditAction =
   | 'sso.deleted'
   | 'project.nuked'
   | 'github-dispatch-attempted'
-  | 'github.installation_repositories';
+  | 'github.installation_repositories'
+  | 'github.installation_claimed'
+  | 'github.installation_recovered'
+  | 'github.installation_deleted';
 
 export type AuditActor = { type: 'user' | 'token' | 'bootstrap' | 'super-admin' | 'codehost' | 'system'; id: string | null };
 

@@ -51,6 +51,8 @@ export const ERROR_STATUS = {
   headers_too_large: 431,
   internal: 500,
   not_implemented: 501,
+  /** The code host (GitHub) failed or could not be reached while a request needed it. */
+  codehost_unavailable: 502,
   codehost_not_configured: 503,
   stream_limit_reached: 503,
 } as const satisfies Record<string, ContentfulStatusCode>;

@@ -22,6 +22,7 @@ const ERROR_DESCRIPTIONS = {
   413: 'Request body over 1 MiB (payload_too_large)',
   422: 'The Idempotency-Key was used before with another request (idempotency_key_reused)',
   501: 'Not available on this server yet (not_implemented)',
+  502: 'The code host failed or could not be reached; nothing was changed (codehost_unavailable)',
   503: 'At capacity or not configured (stream_limit_reached, codehost_not_configured)',
 } as const;
 

@@ -54,7 +54,7 @@ export async function createNodePlatform(
   }
   const logger: Logger = createLogger({
     level: config.logLevel,
-    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.smtpUrl],
+    secrets: [config.databaseUrl, config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.codehostApp?.webhookSecret, config.smtpUrl],
     sink: options.logSink,
   });
   const database = dataDir ? await openPglite(join(dataDir, 'db')) : openPostgres(config.databaseUrl!.reveal());

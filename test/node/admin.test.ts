@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   auditEvents,
   environments,
+  githubInstallations,
   graphViews,
   orgMembers,
   orgs,
@@ -281,10 +282,58 @@ describe('super-admin routes', () => {
   });
 
   describe('GET /admin/integrations/github-installations', () => {
-    it('is an empty list until the code-hosting app records installations', async () => {
+    it('lists every installation of every organization, deleted ones too, newest first, with the organization slug', async () => {
+      const empty = await get('/admin/integrations/github-installations');
+      expectOk(empty);
+      expect(empty.body).toEqual({ data: [] });
+      // rows as the install callback writes them (its own flow: test/node/github-install.test.ts)
+      const first = await freshTenant();
+      const second = await freshTenant();
+      await api.db.insert(githubInstallations).values([
+        { installationId: 7001, orgId: first.org.id, accountLogin: 'first-co', accountType: 'Organization', grantedRepos: ['first-co/infra'], createdAt: new Date('2026-01-01T00:00:00.000Z') },
+        {
+          installationId: 7002,
+          orgId: second.org.id,
+          accountLogin: 'someone',
+          accountType: 'User',
+          status: 'deleted',
+          repositorySelection: 'all',
+          createdAt: new Date('2026-02-01T00:00:00.000Z'),
+          deletedAt: new Date('2026-03-01T00:00:00.000Z'),
+        },
+      ]);
       const list = await get('/admin/integrations/github-installations');
       expectOk(list);
-      expect(list.body).toEqual({ data: [] });
+      expect(list.body.data).toEqual([
+        {
+          id: expect.any(String),
+          installationId: 7002,
+          orgId: second.org.id,
+          orgSlug: second.org.slug,
+          accountLogin: 'someone',
+          accountType: 'User',
+          status: 'deleted',
+          repositorySelection: 'all',
+          grantedRepos: [],
+          createdAt: '2026-02-01T00:00:00.000Z',
+          updatedAt: expect.any(String),
+          deletedAt: '2026-03-01T00:00:00.000Z',
+        },
+        {
+          id: expect.any(String),
+          installationId: 7001,
+          orgId: first.org.id,
+          orgSlug: first.org.slug,
+          accountLogin: 'first-co',
+          accountType: 'Organization',
+          status: 'active',
+          repositorySelection: 'selected',
+          grantedRepos: ['first-co/infra'],
+          createdAt: '2026-01-01T00:00:00.000Z',
+          updatedAt: expect.any(String),
+          deletedAt: null,
+        },
+      ]);
     });
   });
 

@@ -3,7 +3,8 @@ import { eq, sql } from 'drizzle-orm';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { signCallbackToken } from '../../src/auth/callback-token';
-import { actionRuns, notifications, orgMembers, ssoProviders } from '../../src/db/schema';
+import { actionRuns, githubInstallations, notifications, orgMembers, ssoProviders } from '../../src/db/schema';
+import { codehostEnv, generateAppKeys, startGitHubServer } from '../support/github-server';
 import { createTenant, seedToken } from '../support/fixtures';
 import { createTestApi } from '../support/node-app';
 import { signIn, signUp, verifiedUser } from '../support/people';
@@ -40,7 +41,10 @@ const SEED = Number(process.env.FUZZ_SEED ?? 20261123);
 const RUNS_PER_OPERATION = Number(process.env.FUZZ_RUNS ?? 30);
 
 const FUZZ_SUPER_ADMIN = 'root@fuzz.example';
-const api = await createTestApi({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1', SUPER_ADMIN_EMAILS: FUZZ_SUPER_ADMIN } });
+// the code-hosting routes answer 503 without the App: configure it, against the local GitHub server
+const githubKeys = generateAppKeys();
+const github = await startGitHubServer({ appId: '4242', publicKeyPem: githubKeys.publicKeyPem });
+const api = await createTestApi({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1', SUPER_ADMIN_EMAILS: FUZZ_SUPER_ADMIN, ...codehostEnv(github, githubKeys) } });
 const document = api.app.getOpenAPI31Document({ openapi: '3.1.0', info: { title: 't', version: '1' } });
 const operations = listOperations(document);
 const components = (document.components?.schemas ?? {}) as Record<string, Record<string, unknown>>;
@@ -106,6 +110,12 @@ const fixtures = await (async () => {
     .insert(ssoProviders)
     .values({ providerId: 'fuzz-idp', issuer: 'https://idp.fuzz.example', domain: 'fuzz.example', organizationId: tenant.org.id })
     .returning();
+  github.addInstallation({ id: 4101, account: 'fuzz-owner', repositories: ['fuzz-owner/fuzz-repo'] });
+  const [installation] = await api.db
+    .insert(githubInstallations)
+    .values({ installationId: 4101, orgId: tenant.org.id, accountLogin: 'fuzz-owner', accountType: 'Organization', grantedRepos: ['fuzz-owner/fuzz-repo'] })
+    .returning();
+  await made('PUT', `${proj}/github/repos/fuzz-owner/fuzz-repo`, undefined);
   const [runRow] = await api.db.select().from(actionRuns).where(eq(actionRuns.id, run.id));
   const callbackToken = await signCallbackToken(
     api.platform.config.authSecret,
@@ -133,6 +143,8 @@ const fixtures = await (async () => {
       entityName: 'vm-1',
       metricName: 'cpu',
       actionName: 'restart',
+      owner: 'fuzz-owner',
+      repo: 'fuzz-repo',
     } as Record<string, string>,
     /** ... or by the collection segment before it (`/cells/{name}`). */
     byCollection: {
@@ -153,6 +165,7 @@ const fixtures = await (async () => {
       preferences: 'ui.theme',
       'sso-extras': provider!.providerId,
       'sso-providers': provider!.providerId,
+      installations: installation!.id,
     } as Record<string, string>,
   };
 })();
@@ -259,6 +272,7 @@ describe('fuzzing every operation of the OpenAPI document', () => {
     const statuses = [...stats.byStatus.entries()].sort(([a], [b]) => a - b).map(([s, n]) => `${s}×${n}`).join(' ');
     console.info(`fuzz: ${stats.cases} cases (${stats.overHttp} over HTTP), ${stats.serverErrors} 5xx; statuses ${statuses}`);
     await api.close();
+    await github.close();
   });
 
   it('covers every documented operation, the run callback included', () => {

@@ -6,6 +6,7 @@ import { createTestApi, type ApiResponse, type TestApi } from '../support/node-a
 import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
 import {
   matrixOwner,
+  GITHUB_SIGNED_ROUTES,
   PUBLIC_ROUTES,
   routeKey,
   RUN_CALLBACK_ROUTES,
@@ -22,7 +23,7 @@ import { resolveRoute, routeTable, type TableRoute } from '../support/security-m
  */
 const SESSION_ONLY_ROUTES = PEOPLE_ROUTES.filter((route) => route.tokens === 401);
 /** Every route the matrix has a row for: secured, run callback, public, session-only. */
-const ROWS: RouteKey[] = [...SECURED_ROUTES, ...RUN_CALLBACK_ROUTES, ...PUBLIC_ROUTES, ...SESSION_ONLY_ROUTES];
+const ROWS: RouteKey[] = [...SECURED_ROUTES, ...RUN_CALLBACK_ROUTES, ...GITHUB_SIGNED_ROUTES, ...PUBLIC_ROUTES, ...SESSION_ONLY_ROUTES];
 
 /**
  * `/orgs/{id}` and the token routes under `/orgs/{orgId}/projects/{projectId}`
@@ -267,6 +268,26 @@ describe('security matrix', () => {
     for (const [caller, token] of callers) {
       it(`${caller}: 401 invalid_callback_token`, async () => {
         expectError(await call(route, token()), 401, 'invalid_callback_token');
+      });
+    }
+  });
+
+  // signed by the code host (HMAC) or by the install state: no service token opens them either
+  for (const route of GITHUB_SIGNED_ROUTES) describe(`${routeKey(route)} (signed)`, () => {
+    const callers: [string, () => string | undefined][] = [
+      ['without credentials', () => undefined],
+      ['with a malformed token', () => 'cpl_garbage'],
+      ['with an expired owner token', () => expiredOwner],
+      ['with a revoked owner token', () => revokedOwner],
+      ...ROLES.map((role): [string, () => string] => [`with the ${role} service token`, () => roleTokens[role]]),
+      ['with a token of another organization', () => otherOrgOwner],
+      ['with a token pinned to another environment', () => pinnedAdmin],
+      ['with a cell-scoped token', () => cellScopedAdmin],
+    ];
+    for (const [caller, token] of callers) {
+      it(`${caller}: its own credential decides`, async () => {
+        const { status, code } = route.expected(api);
+        expectError(await call(route, token()), status, code);
       });
     }
   });

@@ -91,7 +91,7 @@ export async function createTestApi(
   secretScan.registerConfig({ TEST_DATABASE_URL: process.env.TEST_DATABASE_URL, ...TEST_SECRETS, ...(options.env ?? {}) });
   const logger = createLogger({
     level: 'debug',
-    secrets: [config.encryptionKey, config.authSecret],
+    secrets: [config.encryptionKey, config.authSecret, config.codehostApp?.privateKey, config.codehostApp?.webhookSecret],
     sink: (line) => logs.push(line),
   });
   let leases = 0;

@@ -39,7 +39,9 @@ const SHAPES: { label: string; pattern: RegExp }[] = [
   { label: 'a JWT', pattern: /eyJ[0-9A-Za-z_-]{8,}\.eyJ[0-9A-Za-z_-]{8,}\.[0-9A-Za-z_-]{16,}/g },
 ];
 
-const CONFIG_SECRETS = ['ENCRYPTION_KEY', 'AUTH_SECRET', 'PREVIOUS_ENCRYPTION_KEY', 'GITHUB_APP_PRIVATE_KEY', 'GITHUB_WEBHOOK_SECRET'];
+const CONFIG_SECRETS = ['ENCRYPTION_KEY', 'AUTH_SECRET', 'PREVIOUS_ENCRYPTION_KEY', 'CODEHOST_APP_WEBHOOK_SECRET'];
+/** PEM keys: each line of the base64 body is registered (a whole PEM never survives JSON escaping intact). */
+const CONFIG_KEYS = ['CODEHOST_APP_PRIVATE_KEY'];
 const CONFIG_URLS = ['DATABASE_URL', 'TEST_DATABASE_URL', 'SMTP_URL'];
 
 export class SecretScan {
@@ -59,6 +61,11 @@ export class SecretScan {
   /** The secrets of a server's configuration: keys, and the password of each connection string. */
   registerConfig(env: Record<string, string | undefined>): void {
     for (const name of CONFIG_SECRETS) this.register(env[name], name);
+    for (const name of CONFIG_KEYS) {
+      for (const line of (env[name] ?? '').replace(/\\n/g, '\n').split('\n')) {
+        if (line.trim().length >= 32 && !line.includes('-----')) this.register(line.trim(), `a line of ${name}`);
+      }
+    }
     for (const name of CONFIG_URLS) {
       const value = env[name];
       if (!value) continue;
@@ -106,7 +113,10 @@ export class SecretScan {
     if (session) this.register(session, `a session token returned by ${response.method} ${response.path}`, sequence);
     // the API's documentation shows an example token, made for the page
     const documentation = response.path === '/openapi.json' || response.path.startsWith('/docs');
-    this.#scan(response.text, `the response to ${response.method} ${response.path}`, { origin: sequence, shapes: !mint && !documentation });
+    // the GitHub install URL carries its signed state (a JWT) once, as a mint returns its token
+    const installState = response.method === 'POST' && response.path === '/github/install-url' ? stateOf((response.body as { url?: unknown } | undefined)?.url) : undefined;
+    if (installState) this.register(installState, `an install state returned by ${response.method} ${response.path}`, sequence);
+    this.#scan(response.text, `the response to ${response.method} ${response.path}`, { origin: sequence, shapes: !mint && !documentation && !installState });
   }
 
   /** Searches `text` for every registered secret and every secret shape. */
@@ -190,4 +200,14 @@ export function assertNoSecretsIn(text: string, env: Record<string, string | und
   scan.registerConfig(env);
   scan.scanText(text, where);
   scan.assertClean(where);
+}
+
+/** The `state` parameter of a URL, or undefined. */
+function stateOf(url: unknown): string | undefined {
+  if (typeof url !== 'string') return undefined;
+  try {
+    return new URL(url).searchParams.get('state') ?? undefined;
+  } catch {
+    return undefined;
+  }
 }

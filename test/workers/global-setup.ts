@@ -7,6 +7,7 @@ import { migrateDatabase, openPglite, servePgliteOverTcp } from '../../src/node/
 import { startWsProxy } from '../../src/node/ws-proxy';
 import { createThrowawayPostgres } from '../support/node-database';
 import { startScriptedReceiver, type ScriptedReceiver } from './scripted-receiver';
+import { generateAppKeys, startGitHubServer, TEST_WEBHOOK_SECRET } from '../support/github-server';
 
 /** The Worker's variables for the test run, handed to miniflare as bindings (vitest.config.ts). */
 export interface WorkerTestBindings {
@@ -23,6 +24,19 @@ export interface WorkerTestBindings {
   RATE_LIMIT_PER_MINUTE: string;
   /** The super-admin of people.test.ts. */
   SUPER_ADMIN_EMAILS: string;
+  /** The GitHub App (github.test.ts), its private key as PKCS#1 (converted in workerd), pointed at the local GitHub server. */
+  CODEHOST_APP_ID: string;
+  CODEHOST_APP_NAME: string;
+  CODEHOST_APP_PRIVATE_KEY: string;
+  CODEHOST_APP_WEBHOOK_SECRET: string;
+  CODEHOST_API_URL: string;
+}
+
+/** The local GitHub server (test/support/github-server.ts) the Worker's App talks to; tests script it under `/__control`. */
+export interface ProvidedGitHub {
+  url: string;
+  appId: string;
+  appSlug: string;
 }
 
 /** A tenant with an owner token, seeded in the database for the tests that are not about bootstrap mode. */
@@ -39,6 +53,7 @@ declare module 'vitest' {
     workerBindings: WorkerTestBindings;
     seededTenant: SeededTenant;
     receiver: ScriptedReceiver;
+    github: ProvidedGitHub;
   }
 }
 
@@ -65,6 +80,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const receiver = await startScriptedReceiver();
     cleanups.push(() => receiver.close());
     project.provide('receiver', { url: receiver.url, host: receiver.host, control: receiver.control });
+    const githubKeys = generateAppKeys();
+    const github = await startGitHubServer({ appId: '4242', publicKeyPem: githubKeys.publicKeyPem });
+    cleanups.push(() => github.close());
+    project.provide('github', { url: github.url, appId: github.appId, appSlug: github.appSlug });
     project.provide('workerBindings', {
       DATABASE_URL: database.url,
       NEON_LOCAL_WS_PROXY: proxy.address,
@@ -75,6 +94,11 @@ export default async function setup(project: TestProject): Promise<() => Promise
       API_BASE_URL: 'http://cellplane.test',
       RATE_LIMIT_PER_MINUTE: '1000000',
       SUPER_ADMIN_EMAILS: 'root@worker.example',
+      CODEHOST_APP_ID: github.appId,
+      CODEHOST_APP_NAME: github.appSlug,
+      CODEHOST_APP_PRIVATE_KEY: githubKeys.pkcs1Pem,
+      CODEHOST_APP_WEBHOOK_SECRET: TEST_WEBHOOK_SECRET,
+      CODEHOST_API_URL: github.url,
     });
     return teardown;
   } catch (error) {

@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { ORG_ROLES } from '../../db/schema';
+import { INSTALLATION_STATUSES, ORG_ROLES } from '../../db/schema';
 import { Timestamp } from '../../http/openapi';
 
 /** The super-admin control plane's shapes (SPEC "Admin schemas"; row fields: docs/people/admin.md). */
@@ -147,8 +147,25 @@ export const NukeParams = z.object({
   projectId: z.uuid().openapi({ description: 'Project id (slugs are unique only within an organization)' }),
 });
 
+export const AdminGithubInstallation = z
+  .object({
+    id: z.uuid().openapi({ description: "The service's id of the installation record" }),
+    installationId: z.number().int().openapi({ description: "GitHub's installation id", example: 12345678 }),
+    orgId: z.uuid(),
+    orgSlug: z.string(),
+    accountLogin: z.string().openapi({ description: 'The GitHub account the App is installed on', example: 'acme' }),
+    accountType: z.string().openapi({ description: '`Organization` or `User`' }),
+    status: z.enum(INSTALLATION_STATUSES),
+    repositorySelection: z.string().openapi({ description: '`all` or `selected`' }),
+    grantedRepos: z.array(z.string()).openapi({ description: '`owner/name`, lowercased' }),
+    createdAt: Timestamp,
+    updatedAt: Timestamp,
+    deletedAt: Timestamp.nullable(),
+  })
+  .openapi('AdminGithubInstallation');
+
 export const AdminGithubInstallationList = z
   .object({
-    data: z.array(z.record(z.string(), z.unknown())).openapi({ description: 'Every installation of every organization; no pagination' }),
+    data: z.array(AdminGithubInstallation).openapi({ description: 'Every installation of every organization, deleted ones included, newest first; no pagination' }),
   })
   .openapi('AdminGithubInstallationList');

@@ -17,6 +17,7 @@ import {
   entityTypes,
   entityUniqueKeys,
   environments,
+  githubInstallations,
   orgMembers,
   orgs,
   projects,
@@ -320,11 +321,31 @@ export async function nukeProject(ctx: ServiceContext, projectId: string): Promi
 // --- code-hosting installations ------------------------------------------------
 
 /**
- * Every code-hosting app installation, across organizations. There is no
- * installation table yet (the code-hosting app integration adds it), so
- * the list is empty until then; the route and its shape are the contract.
+ * Every code-hosting app installation, across organizations (SPEC: no
+ * pagination), deleted ones included, newest first, with the slug of the
+ * organization that claimed it.
  */
 export async function listGithubInstallations(ctx: ServiceContext): Promise<z.infer<typeof AdminGithubInstallationList>> {
   requireSuperAdmin(ctx);
-  return { data: [] };
+  const rows = await ctx.db
+    .select({ installation: githubInstallations, orgSlug: orgs.slug })
+    .from(githubInstallations)
+    .innerJoin(orgs, eq(orgs.id, githubInstallations.orgId))
+    .orderBy(desc(githubInstallations.createdAt), desc(githubInstallations.id));
+  return {
+    data: rows.map(({ installation, orgSlug }) => ({
+      id: installation.id,
+      installationId: installation.installationId,
+      orgId: installation.orgId,
+      orgSlug,
+      accountLogin: installation.accountLogin,
+      accountType: installation.accountType,
+      status: installation.status,
+      repositorySelection: installation.repositorySelection,
+      grantedRepos: installation.grantedRepos,
+      createdAt: timestamp(installation.createdAt),
+      updatedAt: timestamp(installation.updatedAt),
+      deletedAt: optionalTimestamp(installation.deletedAt),
+    })),
+  };
 }

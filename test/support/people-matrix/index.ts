@@ -1,5 +1,6 @@
 import { routeKey } from '../security-matrix/route';
 import { ADMIN_PEOPLE_ROUTES } from './admin';
+import { GITHUB_PEOPLE_ROUTES } from './github';
 import { GRAPH_VIEWS_PEOPLE_ROUTES } from './graph-views';
 import { MEMBERS_PEOPLE_ROUTES } from './members';
 import { NOTIFICATIONS_PEOPLE_ROUTES } from './notifications';
@@ -10,7 +11,7 @@ import type { PeopleRoute } from './route';
 export { freshName, type PeopleRoute, type PeopleWorld } from './route';
 
 /** Every route a user session may call, a file per module. */
-export const PEOPLE_ROUTES: (PeopleRoute & { name: string })[] = [...MEMBERS_PEOPLE_ROUTES, ...GRAPH_VIEWS_PEOPLE_ROUTES, ...ADMIN_PEOPLE_ROUTES, ...SSO_PEOPLE_ROUTES, ...NOTIFICATIONS_PEOPLE_ROUTES, ...PREFERENCES_PEOPLE_ROUTES].map((route) => ({
+export const PEOPLE_ROUTES: (PeopleRoute & { name: string })[] = [...MEMBERS_PEOPLE_ROUTES, ...GRAPH_VIEWS_PEOPLE_ROUTES, ...ADMIN_PEOPLE_ROUTES, ...SSO_PEOPLE_ROUTES, ...NOTIFICATIONS_PEOPLE_ROUTES, ...PREFERENCES_PEOPLE_ROUTES, ...GITHUB_PEOPLE_ROUTES].map((route) => ({
   ...route,
   name: routeKey(route),
 }));

@@ -5,6 +5,7 @@ import { CHANGES_ROUTES } from './changes';
 import { ENTITIES_ROUTES } from './entities';
 import { ENTITY_TYPES_ROUTES } from './entity-types';
 import { FOUNDATION_ROUTES } from './foundation';
+import { GITHUB_ROUTES } from './github';
 import { GRAPH_VIEWS_ROUTES } from './graph-views';
 import { RELATIONSHIP_TYPES_ROUTES } from './relationship-types';
 import { RELATIONSHIPS_ROUTES } from './relationships';
@@ -14,6 +15,7 @@ import { SECRETS_ROUTES } from './secrets';
 export { asOwner, fresh, matrixOwner, routeKey, type RouteKey, type SecuredRoute } from './route';
 export { RUN_CALLBACK_ROUTES, type CallbackRoute } from './action-runs';
 export { PUBLIC_ROUTES } from './public';
+export { GITHUB_SIGNED_ROUTES, type SignedRoute } from './github';
 
 /**
  * Every route of the API that takes a service token, a file per module. With
@@ -32,5 +34,6 @@ export const SECURED_ROUTES: (SecuredRoute & { name: string })[] = [
   ...SECRETS_ROUTES,
   ...CHANGES_ROUTES,
   ...GRAPH_VIEWS_ROUTES,
+  ...GITHUB_ROUTES,
   // `name` for test titles (`it.each(SECURED_ROUTES)('$name …')`): the route key
 ].map((route) => ({ ...route, name: routeKey(route) }));

@@ -35,6 +35,7 @@ import { notificationRoutes } from './modules/notifications/routes';
 import { preferenceRoutes } from './modules/preferences/routes';
 import { ssoRoutes } from './modules/sso/routes';
 import { githubRoutes, githubSignedRoutes } from './modules/github/routes';
+import { projectWebhookRoutes } from './modules/github/project-webhook-routes';
 
 /** Schema violations become 400 validation_failed with one detail per issue. */
 const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
@@ -128,6 +129,8 @@ export function createApp(platform: Platform) {
   callbacks.use(CALLBACK_PATH, refuseHostileUrl(), limitBody(), parseJsonBody(), requestContext(platform, { authenticate: false }));
   callbacks.route('/', actionRunCallbackRoutes);
   app.route('/', callbacks);
+  // a repository's pull_request webhook checks its own HMAC (the run's webhookSecret), so it too answers before the token check
+  app.route('/', projectWebhookRoutes(platform));
   // code-hosting routes exist in cloud mode only (SPEC: 404 in oss); the App webhook (HMAC) and the install callback (signed state) check their own credential, so they too answer before the token check
   if (platform.config.deployment === 'cloud') app.route('/', githubSignedRoutes(platform));
 

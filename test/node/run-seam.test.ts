@@ -260,17 +260,18 @@ describe('a third trigger kind, registered through the registry', () => {
     expect(await getRun(run.id)).toMatchObject({ status: 'failed', error: '[delivery] "carrier-pigeon" triggers are not available on this server' });
   });
 
-  it('the pull-request kind is registered unavailable: 501 not_implemented through the registry', async () => {
+  it('the pull-request kind is an entry of the same registry: its dry run at trigger time, its columns on the run', async () => {
     const created = await call('POST', `${proj}/actions`, {
       kind: 'Action',
       name: uniqueSlug('open-pr'),
       entityType: 'vm',
-      trigger: { type: 'pull-request', repo: 'acme/infra', title: 't', files: [{ path: 'a.tf', content: 'x' }] },
+      trigger: { type: 'pull-request', repo: 'Acme/Infra', title: 't', files: [{ path: 'a.tf', content: 'x' }] },
     });
     expect(created.status, JSON.stringify(created.body)).toBe(201);
     const entity = await createEntity();
     const response = await call('POST', `${env}/entities/${entity}/actions/${created.body.name}`);
-    expectError(response, 501, 'not_implemented');
-    expect(response.body.error).toBe('pull-request triggers are not available on this server yet; only webhook triggers run');
+    expect(response.status, JSON.stringify(response.body)).toBe(202);
+    expect(response.body).toMatchObject({ status: 'pending', repo: 'acme/infra', prNumber: null });
+    // its whole life against a local GitHub: test/node/pull-request-runs.test.ts
   });
 });

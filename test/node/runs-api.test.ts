@@ -253,7 +253,7 @@ describe('action runs API', () => {
       expectError(await trigger(entity.name, 'deploy', { rawBody: '{"parameters":' }), 400, 'invalid_json');
     });
 
-    it('501 not_implemented for a pull-request action, and no run is written', async () => {
+    it('a pull-request action is triggered like any other: 202, the run pending with its repository', async () => {
       const action = fresh('open-pr');
       await createAction(action, {}, {
         type: 'pull-request',
@@ -265,8 +265,10 @@ describe('action runs API', () => {
         retry: undefined,
       });
       const entity = await createEntity();
-      expectError(await trigger(entity.name, action), 501, 'not_implemented');
-      expect((await api.call('GET', `${env}/action-runs?action=${action}`, { token: viewer })).body).toEqual([]);
+      const response = await trigger(entity.name, action);
+      expect(response.status, JSON.stringify(response.body)).toBe(202);
+      expect(response.body).toMatchObject({ status: 'pending', repo: 'acme/infra', prNumber: null, prUrl: null, headSha: null });
+      // delivered, merged and closed against a local GitHub: test/node/pull-request-runs.test.ts
     });
 
     it('400 outbound_url_refused for a literal private, loopback or metadata address, and no run is written', async () => {

@@ -32,6 +32,11 @@ const runFields = {
   completedAt: Timestamp.nullable(),
   error: z.string().nullable().openapi({ description: 'Delivery failures start with `[delivery]`' }),
   output: z.record(z.string(), z.unknown()).nullable(),
+  // a pull-request run's pull request (DECISIONS §8): present on pull-request runs only
+  repo: z.string().optional().openapi({ description: 'Pull-request runs: the repository, `owner/name` (lowercased)', example: 'acme/infra' }),
+  prNumber: z.number().int().nullable().optional().openapi({ description: 'Pull-request runs: the pull request, once opened (null before)' }),
+  prUrl: z.string().nullable().optional().openapi({ description: "Pull-request runs: the pull request's page" }),
+  headSha: z.string().nullable().optional().openapi({ description: 'Pull-request runs: the head commit when the pull request was opened' }),
 };
 
 export const ActionRun = z

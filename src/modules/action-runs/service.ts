@@ -43,6 +43,8 @@ const runFields = (row: RunRow) => ({
   completedAt: optionalTimestamp(row.completedAt),
   error: row.error,
   output: row.output as Record<string, unknown> | null,
+  // a pull-request run's pull request (DECISIONS §8)
+  ...(row.repo === null ? {} : { repo: row.repo, prNumber: row.prNumber, prUrl: row.prUrl, headSha: row.headSha }),
 });
 
 const toAttempt = (row: AttemptRow) => ({

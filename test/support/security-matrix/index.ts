@@ -15,7 +15,12 @@ import { SECRETS_ROUTES } from './secrets';
 export { asOwner, fresh, matrixOwner, routeKey, type RouteKey, type SecuredRoute } from './route';
 export { RUN_CALLBACK_ROUTES, type CallbackRoute } from './action-runs';
 export { PUBLIC_ROUTES } from './public';
-export { GITHUB_SIGNED_ROUTES, type SignedRoute } from './github';
+import { GITHUB_SIGNED_ROUTES as APP_SIGNED_ROUTES } from './github';
+import { GITHUB_PROJECT_WEBHOOK_ROUTES } from './github-project-webhook';
+export type { SignedRoute } from './github';
+
+/** Routes with a credential of their own from the code host: the App webhook, the install callback, a project's webhook. */
+export const GITHUB_SIGNED_ROUTES = [...APP_SIGNED_ROUTES, ...GITHUB_PROJECT_WEBHOOK_ROUTES];
 
 /**
  * Every route of the API that takes a service token, a file per module. With

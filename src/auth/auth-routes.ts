@@ -15,7 +15,7 @@ export const authHandler =
     const lease = platform.openDatabase();
     try {
       const auth = authFor({ db: lease.db, config: platform.config, logger: platform.logger, mailer: platform.mailer });
-      const response = await auth.handler(c.req.raw);
+      const response = await auth.handler(withoutStrayFetchMetadata(c.req.raw));
       const answer = response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
       return withApiHeaders(answer, { 'X-Request-Id': c.var.requestId, ...c.var.rateLimitHeaders });
     } finally {
@@ -24,6 +24,27 @@ export const authHandler =
       else await released;
     }
   };
+
+/**
+ * Better Auth treats any Fetch Metadata header as a browser's and then
+ * demands an Origin. Node's and Deno's fetch send `Sec-Fetch-Mode: cors`
+ * alone, without an Origin, so a script or the CLI signing in with plain
+ * fetch was refused (403 missing_or_null_origin). A browser always sends
+ * `Sec-Fetch-Site` with the others; a request without it is not a
+ * browser's, and its stray Fetch Metadata headers are dropped before Better
+ * Auth reads them. Browser requests (and any request with a cookie) are
+ * checked as before.
+ */
+function withoutStrayFetchMetadata(request: Request): Request {
+  const headers = request.headers;
+  if (headers.has('sec-fetch-site') || headers.has('cookie')) return request;
+  if (!headers.has('sec-fetch-mode') && !headers.has('sec-fetch-dest')) return request;
+  const stripped = new Headers(headers);
+  stripped.delete('sec-fetch-mode');
+  stripped.delete('sec-fetch-dest');
+  stripped.delete('sec-fetch-user');
+  return new Request(request, { headers: stripped });
+}
 
 /** Better Auth builds its own responses: they get the headers every API response carries (request id, rate limit). */
 function withApiHeaders(response: Response, extra: Record<string, string>): Response {

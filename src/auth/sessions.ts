@@ -110,6 +110,8 @@ export function createAuth({ db, config, logger, mailer }: AuthDependencies) {
     },
     hooks: { before: guardSsoEndpoints },
     advanced: {
+      // said outright: Better Auth turns its origin check off when NODE_ENV is "test", so the tests would not see what production does
+      disableOriginCheck: false,
       cookiePrefix: AUTH_COOKIE_PREFIX,
       database: { generateId: 'uuid' },
     },

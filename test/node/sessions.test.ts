@@ -44,6 +44,21 @@ describe('user sessions', () => {
     expect(row!.verified).toBe(true);
   });
 
+  it("lets a non-browser client (Node or Deno fetch: Sec-Fetch-Mode alone, no Origin) sign up and in; a browser's request is still checked", async () => {
+    const email = `${uniqueSlug('script')}@example.com`;
+    const nodeFetch = { 'sec-fetch-mode': 'cors' };
+    const signedUp = await api.call('POST', '/api/auth/sign-up/email', { headers: nodeFetch, body: { email, password: TEST_PASSWORD, name: 'Script' } });
+    expect(signedUp.status, JSON.stringify(signedUp.body)).toBe(200);
+    const signedIn = await api.call('POST', '/api/auth/sign-in/email', { headers: nodeFetch, body: { email, password: TEST_PASSWORD } });
+    expect(signedIn.status).toBe(200);
+    // a browser's request (Sec-Fetch-Site with the others) keeps them: Better Auth then wants its Origin
+    const browser = await api.call('POST', '/api/auth/sign-up/email', {
+      headers: { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'cors', 'sec-fetch-dest': 'empty' },
+      body: { email: `${uniqueSlug('browser')}@example.com`, password: TEST_PASSWORD, name: 'Browser' },
+    });
+    expectError(browser, 403, 'missing_or_null_origin');
+  });
+
   it('answers auth errors in the API shape: a wrong password, a taken address, a short password', async () => {
     const user = await signUp(api);
     expectError(

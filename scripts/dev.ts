@@ -39,6 +39,8 @@ const PASSED_THROUGH = [
   'CODEHOST_APP_NAME',
   'CODEHOST_APP_PRIVATE_KEY',
   'CODEHOST_APP_WEBHOOK_SECRET',
+  // GitHub Enterprise Server, or a local GitHub test server (docs/codehost.md)
+  'CODEHOST_API_URL',
   'OUTBOUND_ALLOWED_HOSTS',
   'SUPER_ADMIN_EMAILS',
   'RATE_LIMIT_PER_MINUTE',

@@ -1,3 +1,4 @@
+import { SIGNATURE_SHAPE, type GitHubDelivery } from './delivery';
 import { z } from '@hono/zod-openapi';
 import { verify } from '@octokit/webhooks-methods';
 import { and, eq, inArray, isNull, or } from 'drizzle-orm';
@@ -142,21 +143,11 @@ export async function onPullRequestClosed(
 
 // --- the project webhook --------------------------------------------------------------
 
-export interface ProjectWebhookDelivery {
-  /** The path's organization and project (slug or id). */
+/** A delivery to a project's webhook: GitHub's, plus the organization and project (slug or id) of the path. */
+export interface ProjectWebhookDelivery extends GitHubDelivery {
   org: string;
   project: string;
-  /** X-GitHub-Event. */
-  event: string | undefined;
-  deliveryId: string | undefined;
-  /** X-Hub-Signature-256. */
-  signature: string | undefined;
-  contentType: string | undefined;
-  /** The raw body: the signature is over these bytes. */
-  body: string;
 }
-
-const SIGNATURE_SHAPE = /^sha256=[0-9a-f]{64}$/;
 
 /** SPEC: `action` (string) and `repository` (object) are required, `pull_request` (object) is optional. */
 const ProjectWebhookPayload = z.object({

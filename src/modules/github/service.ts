@@ -1,3 +1,4 @@
+import { SIGNATURE_SHAPE, type GitHubDelivery } from './delivery';
 import { z } from '@hono/zod-openapi';
 import { verify } from '@octokit/webhooks-methods';
 import { and, eq, inArray, ne, or, sql } from 'drizzle-orm';
@@ -359,19 +360,7 @@ export async function deleteRepoLink(ctx: ServiceContext, ref: ProjectRef, repo:
 
 // --- the App webhook -------------------------------------------------------------
 
-export interface AppWebhookDelivery {
-  /** X-GitHub-Event. */
-  event: string | undefined;
-  /** X-GitHub-Delivery. */
-  deliveryId: string | undefined;
-  /** X-Hub-Signature-256. */
-  signature: string | undefined;
-  contentType: string | undefined;
-  /** The raw body, exactly as received: the signature is over these bytes. */
-  body: string;
-}
-
-const SIGNATURE_SHAPE = /^sha256=[0-9a-f]{64}$/;
+export type AppWebhookDelivery = GitHubDelivery;
 
 /** The installation id of an unverified body, for the log line of a refused delivery (nothing else of it is read). */
 function claimedInstallationId(body: string): number | undefined {

@@ -12,15 +12,8 @@ import type { RunPorts } from './engine';
 import { GitHubCallError, GitHubClient } from './github-client';
 import { interpolateText, referencedSecrets, type InterpolationContext } from './interpolation';
 import { templateContext, type RunRow } from './run-context';
-import {
-  credentialLabel,
-  describeFailure,
-  resolveDispatch,
-  retryAfterOf,
-  type DispatchValues,
-  unsendableReason,
-  type PullRequestTrigger,
-} from './trigger-kinds/pull-request';
+import { credentialLabel, describeFailure, retryAfterOf } from './trigger-kinds/pull-request';
+import { resolveDispatch, unsendableReason, type DispatchValues, type PullRequestTrigger } from './trigger-kinds/pull-request-trigger';
 import { completeRun, DELIVERY_PREFIX, failDelivery } from './transitions';
 
 /**

@@ -14,7 +14,7 @@ import { PropertyDefinition, PropertyDefinitions } from '../properties';
  */
 
 export { WebhookTrigger } from '../../runs/trigger-kinds/webhook';
-export { PullRequestTrigger } from '../../runs/trigger-kinds/pull-request';
+export { PullRequestTrigger } from '../../runs/trigger-kinds/pull-request-trigger';
 
 export const ActionTrigger = TriggerDefinitions.openapi('ActionTrigger');
 export type ActionTrigger = z.infer<typeof ActionTrigger>;

@@ -13,7 +13,7 @@ import {
   type PullRequestEventDeps,
   type PullRequestRunOutcome,
 } from '../../runs/pull-request-events';
-import type { PullRequestTrigger } from '../../runs/trigger-kinds/pull-request';
+import type { PullRequestTrigger } from '../../runs/trigger-kinds/pull-request-trigger';
 import type { RunRow } from '../../runs/run-context';
 import { runPorts } from '../action-runs/run-ports';
 import { resolveSecrets } from '../secrets/service';

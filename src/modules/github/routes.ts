@@ -25,12 +25,10 @@ import {
   completeInstallCallback,
   createInstallUrl,
   deleteInstallation,
-  deleteRepoLink,
-  getRepoLink,
-  putRepoLink,
-  receiveAppWebhook,
   recoverInstallation,
 } from './service';
+import { receiveAppWebhook } from './app-webhook';
+import { deleteRepoLink, getRepoLink, putRepoLink } from './repo-links';
 
 /**
  * The code-hosting routes (SPEC "Code-hosting app integration", cloud mode

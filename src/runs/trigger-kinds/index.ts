@@ -1,7 +1,8 @@
 import { z } from '@hono/zod-openapi';
 import { ApiError } from '../../http/errors';
 import { Undeliverable, type AnyTriggerKind, type TriggerDefinition, type TriggerKind } from '../trigger-kind';
-import { PullRequestTrigger, pullRequestTriggerKind } from './pull-request';
+import { pullRequestTriggerKind } from './pull-request';
+import { PullRequestTrigger } from './pull-request-trigger';
 import { WebhookTrigger, webhookTriggerKind } from './webhook';
 
 /**

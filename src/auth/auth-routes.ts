@@ -1,6 +1,8 @@
 import type { Handler } from 'hono';
 import type { AppEnv } from '../context';
 import type { Platform } from '../platform';
+import { ApiError } from '../http/errors';
+import { refuseHostileJson } from '../http/hostile-input';
 import { authFor } from './sessions';
 
 /**
@@ -15,6 +17,7 @@ export const authHandler =
     const lease = platform.openDatabase();
     try {
       const auth = authFor({ db: lease.db, config: platform.config, logger: platform.logger, mailer: platform.mailer });
+      await refuseHostileAuthBody(c.req.raw);
       const response = await auth.handler(withoutStrayFetchMetadata(c.req.raw));
       const answer = response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
       return withApiHeaders(answer, { 'X-Request-Id': c.var.requestId, ...c.var.rateLimitHeaders });
@@ -24,6 +27,27 @@ export const authHandler =
       else await released;
     }
   };
+
+/**
+ * The edge check every other route's body gets (src/http/hostile-input.ts):
+ * NUL characters, lone surrogates, JSON nested deeper than 64 levels. Better
+ * Auth would store a lone surrogate as U+FFFD and meet a NUL at the database
+ * (an error logged, 422 "failed to create user"); here both are a clear 400
+ * before Better Auth reads anything. Read from a clone: Better Auth reads
+ * the body itself.
+ */
+async function refuseHostileAuthBody(request: Request): Promise<void> {
+  if (!request.body || !/json/i.test(request.headers.get('content-type') ?? '')) return;
+  const text = await request.clone().text();
+  if (text.length === 0) return;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new ApiError('invalid_json', 'request body is not valid JSON');
+  }
+  refuseHostileJson(parsed);
+}
 
 /**
  * Better Auth treats any Fetch Metadata header as a browser's and then

@@ -59,6 +59,16 @@ describe('user sessions', () => {
     expectError(browser, 403, 'missing_or_null_origin');
   });
 
+  it('refuses hostile text in auth bodies at the edge, as everywhere else: NUL, lone surrogates, deep JSON, broken JSON', async () => {
+    const sign = (rawBody: string) => api.call('POST', '/api/auth/sign-up/email', { rawBody, headers: { 'content-type': 'application/json' } });
+    const errorsBefore = api.logs.filter((line) => line.includes('"level":"error"')).length;
+    expectError(await sign(`{"email":"${uniqueSlug('nul')}@example.com","password":"${TEST_PASSWORD}","name":"x\\u0000y"}`), 400, 'validation_failed');
+    expectError(await sign(`{"email":"${uniqueSlug('sur')}@example.com","password":"${TEST_PASSWORD}","name":"x\\ud800y"}`), 400, 'validation_failed');
+    expectError(await sign(`${'['.repeat(10_000)}${']'.repeat(10_000)}`), 400, 'validation_failed');
+    expectError(await sign('{"email":'), 400, 'invalid_json');
+    expect(api.logs.filter((line) => line.includes('"level":"error"')).length).toBe(errorsBefore);
+  });
+
   it('answers auth errors in the API shape: a wrong password, a taken address, a short password', async () => {
     const user = await signUp(api);
     expectError(

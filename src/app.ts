@@ -16,6 +16,7 @@ import { authHandler } from './auth/auth-routes';
 import { AUTH_BASE_PATH } from './auth/sessions';
 import { actionRunCallbackRoutes, actionRunRoutes, CALLBACK_PATH } from './modules/action-runs/routes';
 import { actionRoutes } from './modules/actions/routes';
+import { batchRoutes } from './modules/batch/routes';
 import { cellRoutes } from './modules/cells/routes';
 import { changeRoutes } from './modules/changes/routes';
 import { entityRoutes } from './modules/entities/routes';
@@ -161,6 +162,7 @@ export function createApp(platform: Platform) {
   // before the entity routes: `stream` is a path of its own, not an entity named so
   api.route('/', changeRoutes);
   api.route('/', entityRoutes);
+  api.route('/', batchRoutes);
   api.route('/', relationshipRoutes);
   api.route('/', actionRoutes);
   api.route('/', secretRoutes);

@@ -125,4 +125,10 @@ export interface Platform {
    * where there is none: an Error and its stack on every Node request.
    */
   executionContext: boolean;
+  /**
+   * The app serves the local-first CLI inside its own process, with no port
+   * open: a request without credentials is the operator's, with every power
+   * (src/auth/principal.ts, LocalOperatorPrincipal). Never set by a server.
+   */
+  localOperator?: boolean;
 }

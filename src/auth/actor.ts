@@ -10,6 +10,8 @@ export function actorOf(principal: Principal): AuditActor {
       return { type: 'token', id: principal.tokenId };
     case 'bootstrap':
       return { type: 'bootstrap', id: null };
+    case 'local-operator':
+      return { type: 'local', id: null };
     case 'codehost-webhook':
       return { type: 'codehost', id: principal.deliveryId };
     case 'run-callback':

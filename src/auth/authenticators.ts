@@ -86,11 +86,30 @@ export const bootstrapAuthenticator: Authenticator = {
 };
 
 /**
+ * The local-first CLI's own process (principal.ts, LocalOperatorPrincipal):
+ * a request without credentials on a platform built for it. A request that
+ * carries credentials is still theirs to answer for.
+ */
+export const localOperatorAuthenticator: Authenticator = {
+  name: 'local-operator',
+  authenticate({ header, localOperator }) {
+    if (!localOperator || header('authorization') !== undefined || header('cookie') !== undefined) return undefined;
+    const principal = { kind: 'local-operator' } as const;
+    return { kind: 'settled', caller: { principal, grants: grantsOf(principal) } };
+  },
+};
+
+/**
  * Tried in order by the request middleware; the first that claims the
  * request decides. A new kind of caller (a session cookie, a code host's
  * signature) is one more entry here, plus its source of grants (./grants.ts).
  */
-export const AUTHENTICATORS: readonly Authenticator[] = [serviceTokenAuthenticator, userSessionAuthenticator, bootstrapAuthenticator];
+export const AUTHENTICATORS: readonly Authenticator[] = [
+  serviceTokenAuthenticator,
+  userSessionAuthenticator,
+  localOperatorAuthenticator,
+  bootstrapAuthenticator,
+];
 
 /** The request's caller, pending its lookup; 401 when no authenticator claims the request. */
 export async function authenticateRequest(

@@ -80,6 +80,7 @@ export interface MembershipRow {
 export function grantsOf(principal: Principal, row?: GrantRow | MembershipRow): Grants {
   switch (principal.kind) {
     case 'bootstrap':
+    case 'local-operator':
       return UNRESTRICTED;
     case 'user-session':
       if (!row || !('membershipRole' in row)) throw new Error('a user has no grants without its membership');

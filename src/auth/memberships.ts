@@ -78,6 +78,16 @@ export const userSessionOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
   await next();
 };
 
+/** Whether the caller is the local-first CLI's operator (src/auth/principal.ts, LocalOperatorPrincipal). */
+export const isLocalOperator = (ctx: Pick<ServiceContext, 'callerState'>): boolean =>
+  ctx.callerState.resolved && ctx.callerState.current.principal.kind === 'local-operator';
+
+/** userSessionOnly, letting the local-first CLI's operator through too: GET /orgs. */
+export const userSessionOrLocalOperator: MiddlewareHandler<AppEnv> = async (c, next) => {
+  if (!isLocalOperator(c.var.services)) requireUserSession(c.var.services);
+  await next();
+};
+
 /** The same for the super-admin routes: 401 without a session, 403 for any other user, before validation. */
 export const superAdminOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
   requireSuperAdmin(c.var.services);

@@ -14,6 +14,7 @@ import type { Secret } from '../secret';
 export type Principal =
   | ServiceTokenPrincipal
   | BootstrapPrincipal
+  | LocalOperatorPrincipal
   | UserSessionPrincipal
   | RunCallbackPrincipal
   | CodeHostWebhookPrincipal;
@@ -28,6 +29,17 @@ export interface ServiceTokenPrincipal {
 /** Bootstrap mode: a fresh deployment with no token minted yet accepts every request. */
 export interface BootstrapPrincipal {
   kind: 'bootstrap';
+}
+
+/**
+ * The local-first CLI (`cellplane --local`): the app runs inside the CLI's
+ * own process on the embedded database and no port is opened, so whoever
+ * runs the process is the operator. Only a platform built for that
+ * (`Platform.localOperator`) lets this principal exist; no HTTP request can
+ * ask for it.
+ */
+export interface LocalOperatorPrincipal {
+  kind: 'local-operator';
 }
 
 /**
@@ -88,6 +100,8 @@ export interface AuthenticationInput {
   authSecret: Secret;
   /** hashServiceToken of the bearer token, when the request already computed it (the rate limiter). */
   knownTokenHash?: string;
+  /** The platform serves the local-first CLI in its own process (Platform.localOperator). */
+  localOperator?: boolean;
 }
 
 /**

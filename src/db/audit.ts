@@ -33,7 +33,7 @@ export type AuditAction =
   | 'github.installation_recovered'
   | 'github.installation_deleted';
 
-export type AuditActor = { type: 'user' | 'token' | 'bootstrap' | 'super-admin' | 'codehost' | 'system'; id: string | null };
+export type AuditActor = { type: 'user' | 'token' | 'bootstrap' | 'local' | 'super-admin' | 'codehost' | 'system'; id: string | null };
 
 export interface AuditEntry {
   action: AuditAction;

@@ -99,6 +99,7 @@ export const requestContext =
             auth,
             authSecret: platform.config.authSecret,
             knownTokenHash: c.var.serviceTokenHash,
+            localOperator: platform.localOperator,
           })
         : new CallerState(undefined, undefined);
       if (callerState.user?.via === 'cookie') refuseCrossSiteWrite(c.req.raw, platform.config);

@@ -9,6 +9,20 @@ import { ResourceName } from './names';
 export const PROPERTY_TYPES = ['string', 'number', 'integer', 'boolean', 'object', 'array'] as const;
 export type PropertyType = (typeof PROPERTY_TYPES)[number];
 
+/** What every element of an `array` property must be (docs/decisions.md, "Array items"). */
+export const PropertyItems = z
+  .strictObject({
+    type: z.enum(PROPERTY_TYPES),
+    enum: z.array(z.unknown()).min(1).optional(),
+  })
+  .superRefine((items, ctx) => {
+    items.enum?.forEach((value, i) => {
+      if (!matchesType(items.type, value)) ctx.addIssue({ code: 'custom', path: ['enum', i], message: `must be of type ${items.type}` });
+    });
+  })
+  .openapi('PropertyItems', { example: { type: 'string' } });
+export type PropertyItems = z.infer<typeof PropertyItems>;
+
 export const PropertyDefinition = z
   .strictObject({
     name: ResourceName,
@@ -16,9 +30,18 @@ export const PropertyDefinition = z
     required: z.boolean().optional(),
     default: z.unknown().optional(),
     enum: z.array(z.unknown()).min(1).optional(),
+    items: PropertyItems.optional().openapi({ description: 'Only for `type: array`: the type (and allowed values) of every element' }),
     description: z.string().max(1000).optional(),
   })
   .superRefine((definition, ctx) => {
+    if (definition.items !== undefined && definition.type !== 'array') {
+      ctx.addIssue({ code: 'custom', path: ['items'], message: 'is only for properties of type array' });
+    }
+    if (definition.items !== undefined && Array.isArray(definition.default)) {
+      itemProblems(definition.items, definition.default).forEach(({ index, message }) =>
+        ctx.addIssue({ code: 'custom', path: ['default', index], message }),
+      );
+    }
     if (definition.default !== undefined && !matchesType(definition.type, definition.default)) {
       ctx.addIssue({ code: 'custom', path: ['default'], message: `must be of type ${definition.type}` });
     }
@@ -59,6 +82,18 @@ export function matchesType(type: PropertyType, value: unknown): boolean {
 
 const sameJson = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
+/** The elements of `values` that `items` refuses, by index. */
+function itemProblems(items: PropertyItems, values: unknown[]): { index: number; message: string }[] {
+  const problems: { index: number; message: string }[] = [];
+  values.forEach((value, index) => {
+    if (!matchesType(items.type, value)) problems.push({ index, message: `must be of type ${items.type}` });
+    else if (items.enum && !items.enum.some((allowed) => sameJson(allowed, value))) {
+      problems.push({ index, message: `must be one of ${JSON.stringify(items.enum)}` });
+    }
+  });
+  return problems;
+}
+
 /**
  * Checks `values` against `definitions`: wrong type, missing required, value
  * outside `enum`, or an undeclared name are each one detail. With
@@ -84,6 +119,8 @@ export function validateProperties(
       details.push({ path: `${path}.${name}`, message: `must be of type ${definition.type}` });
     } else if (definition.enum && !definition.enum.some((allowed) => sameJson(allowed, value))) {
       details.push({ path: `${path}.${name}`, message: `must be one of ${JSON.stringify(definition.enum)}` });
+    } else if (definition.items && Array.isArray(value)) {
+      for (const { index, message } of itemProblems(definition.items, value)) details.push({ path: `${path}.${name}.${index}`, message });
     }
   }
   for (const definition of definitions) {

@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { PGlite } from '@electric-sql/pglite';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
@@ -54,6 +55,46 @@ export async function migrateDatabase(database: NodeDatabase): Promise<void> {
   } finally {
     client.release();
   }
+}
+
+/** How often the embedded database's planner statistics are refreshed (keepStatistics). */
+export const ANALYZE_INTERVAL_MS = 10 * 60 * 1000;
+
+/**
+ * PGlite has no autovacuum, so its tables are never analyzed: without
+ * statistics the planner takes every equality at a default selectivity and,
+ * at tens of thousands of rows, can probe a short prefix of the wrong index
+ * for each of thousands of keys (bench/README.md, import). The Node host
+ * therefore runs ANALYZE itself on the embedded database every
+ * ANALYZE_INTERVAL_MS while it runs (a Postgres server has its own
+ * autovacuum for this). An ANALYZE holds PGlite's one session for its
+ * duration (tens to hundreds of milliseconds at 100,000 rows).
+ */
+export function keepStatistics(
+  database: NodeDatabase,
+  onError: (error: unknown) => void,
+  intervalMs = ANALYZE_INTERVAL_MS,
+): { stop(): Promise<void> } {
+  if (database.kind !== 'pglite') return { stop: async () => {} };
+  let running: Promise<unknown> | undefined;
+  const timer = setInterval(() => {
+    running ??= analyze(database)
+      .catch(onError)
+      .finally(() => (running = undefined));
+  }, intervalMs);
+  timer.unref();
+  return {
+    // an ANALYZE under way finishes before the database closes
+    stop: async () => {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}
+
+/** One ANALYZE of every table. */
+export async function analyze(database: NodeDatabase): Promise<void> {
+  await database.db.execute(sql`analyze`);
 }
 
 /**

@@ -12,7 +12,7 @@ import { createRunEngine, type RunEngine } from '../runs/engine';
 import { JobRunner, type JobRunnerOptions } from './job-runner';
 import { guardedFetch } from './outbound-fetch';
 import { resolveHost } from './resolve-host';
-import { migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
+import { keepStatistics, migrateDatabase, openPglite, openPostgres, type NodeDatabase } from './database';
 import { loadOrCreateLocalSecrets } from './local-secrets';
 import { NodeRateLimits } from './rate-limit-store';
 import { createNodeMailer } from './mailer';
@@ -64,6 +64,7 @@ export async function createNodePlatform(
     await database.close();
     throw error;
   }
+  const statistics = keepStatistics(database, (error) => logger.warn('could not refresh the embedded database statistics (ANALYZE)', { error }));
   // several instances may serve one Postgres database: their counts meet there; PGlite is one process
   const rateLimits = new NodeRateLimits({ clock: systemClock, logger, shared: database.kind === 'postgres' ? { db: database.db } : undefined });
   const mailer = createNodeMailer(config, logger);
@@ -82,6 +83,7 @@ export async function createNodePlatform(
     database,
     dataDir,
     close: async () => {
+      await statistics.stop();
       hub.close();
       await jobs.stop();
       await rateLimits.close();

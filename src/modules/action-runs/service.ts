@@ -62,7 +62,7 @@ async function withAttempts(db: Queryable, row: RunRow): Promise<ActionRun> {
 }
 
 const triggeredBy = ({ principal }: Caller): string =>
-  principal.kind === 'service-token' ? `token:${principal.tokenId}` : principal.kind === 'user-session' ? `user:${principal.userId}` : 'bootstrap';
+  principal.kind === 'service-token' ? `token:${principal.tokenId}` : principal.kind === 'user-session' ? `user:${principal.userId}` : principal.kind === 'local-operator' ? 'local' : 'bootstrap';
 
 /**
  * JSON with every object's members sorted by name: a client that retries

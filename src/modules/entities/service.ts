@@ -113,8 +113,9 @@ function canonicalJson(value: unknown): string {
 /**
  * One key per `unique` constraint of the type. An entity missing one of the
  * constraint's properties has no key for it (as NULLs in a SQL unique index).
+ * The batch upsert (src/modules/batch/service.ts) claims the same keys.
  */
-function uniqueKeysOf(type: EntityTypeDefinition, properties: Record<string, unknown>) {
+export function uniqueKeysOf(type: EntityTypeDefinition, properties: Record<string, unknown>) {
   const keys = new Map<string, { constraintKey: string; valueKey: string; properties: string[] }>();
   for (const constraint of type.constraints) {
     if (constraint.kind !== 'unique') continue;

@@ -1,4 +1,4 @@
-import { userSessionOnly } from '../../auth/memberships';
+import { userSessionOnly, userSessionOrLocalOperator } from '../../auth/memberships';
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
 import { BearerSecurity, errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
@@ -47,9 +47,10 @@ orgRoutes.openapi(
     tags: ['Organizations'],
     summary: "The signed-in user's organizations, with its role in each",
     description:
-      'Organizations the user is a member of, deleted ones excepted, by slug. Needs a user session: a service token gets 401 (it belongs to one organization, which it names in its paths).',
+      'Organizations the user is a member of, deleted ones excepted, by slug. Needs a user session: a service token gets 401 (it belongs to one organization, which it names in its paths). ' +
+      "The local-first CLI (`cellplane --local`) sees every organization of its embedded database, as owner.",
     security: UserSessionSecurity,
-    middleware: userSessionOnly,
+    middleware: userSessionOrLocalOperator,
     responses: {
       200: jsonResponse(z.array(OrganizationMembership), "The user's organizations"),
       ...errorResponses(401),

@@ -2,7 +2,7 @@ import type { z } from '@hono/zod-openapi';
 import { and, asc, eq, isNull } from 'drizzle-orm';
 import { loadOrg, requirePermission, type OrgRow } from '../../auth/access';
 import { callerPrincipal } from '../../auth/caller';
-import { requireUserSession } from '../../auth/memberships';
+import { isLocalOperator, requireUserSession } from '../../auth/memberships';
 import { roleAllows } from '../../auth/permissions';
 import type { ServiceContext } from '../../context';
 import { orgMembers, orgs } from '../../db/schema';
@@ -67,6 +67,11 @@ export async function getOrg(ctx: ServiceContext, ref: string): Promise<z.infer<
  * ones are not. Session only (docs/people/members.md).
  */
 export async function listMyOrgs(ctx: ServiceContext): Promise<z.infer<typeof OrganizationMembership>[]> {
+  if (isLocalOperator(ctx)) {
+    // the local-first CLI owns its embedded database: every organization in it is its own
+    const all = await ctx.db.select().from(orgs).where(isNull(orgs.deletedAt)).orderBy(asc(orgs.slug));
+    return all.map((org) => ({ ...toOrganization(org), role: 'owner' as const }));
+  }
   const user = requireUserSession(ctx);
   const rows = await ctx.db
     .select({ org: orgs, role: orgMembers.role })

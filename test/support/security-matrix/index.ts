@@ -1,5 +1,6 @@
 import { ACTIONS_ROUTES } from './actions';
 import { ACTION_RUNS_ROUTES } from './action-runs';
+import { BATCH_ROUTES } from './batch';
 import { CELLS_ROUTES } from './cells';
 import { CHANGES_ROUTES } from './changes';
 import { ENTITIES_ROUTES } from './entities';
@@ -33,6 +34,7 @@ export const SECURED_ROUTES: (SecuredRoute & { name: string })[] = [
   ...RELATIONSHIP_TYPES_ROUTES,
   ...CELLS_ROUTES,
   ...ENTITIES_ROUTES,
+  ...BATCH_ROUTES,
   ...RELATIONSHIPS_ROUTES,
   ...ACTIONS_ROUTES,
   ...ACTION_RUNS_ROUTES,

@@ -6,10 +6,11 @@
 import { entities } from './entities';
 import { foundation } from './foundation';
 import { openBench, type Benchmark } from './harness';
+import { importBench } from './import';
 import { runs } from './runs';
 import { stream } from './stream';
 
-const benchmarks: Benchmark[] = [foundation, entities, runs, stream];
+const benchmarks: Benchmark[] = [foundation, entities, runs, stream, importBench];
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);

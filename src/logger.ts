@@ -63,7 +63,8 @@ export function createLogger(options: {
   const write = (level: LogLevel, message: string, fields?: LogFields) => {
     if (LEVELS[level] < threshold) return;
     const record = { level, time: new Date().toISOString(), msg: message, ...fields };
-    sink(scrub(JSON.stringify(record, logReplacer)), level);
+    // a replacer takes JSON.stringify off its fast path; a flat record of safe names (the request line) needs none
+    sink(scrub(JSON.stringify(record, needsReplacer(fields) ? logReplacer : undefined)), level);
   };
 
   return {
@@ -72,6 +73,16 @@ export function createLogger(options: {
     warn: (message, fields) => write('warn', message, fields),
     error: (message, fields) => write('error', message, fields),
   };
+}
+
+/** Whether a record's fields hold anything logReplacer would change: a nested value (an error, a sensitive name inside) or a sensitive name. */
+function needsReplacer(fields: LogFields | undefined): boolean {
+  if (!fields) return false;
+  for (const key in fields) {
+    const value = fields[key];
+    if ((typeof value === 'object' && value !== null) || isSensitiveKey(key)) return true;
+  }
+  return false;
 }
 
 /**

@@ -19,14 +19,18 @@ export const MAX_BODY_BYTES = 1024 * 1024;
  * answering, so a client that kept it alive would send its next request into
  * a dead connection.
  */
-export const limitBody = (): MiddlewareHandler<AppEnv> =>
-  bodyLimit({
+export const limitBody = (): MiddlewareHandler<AppEnv> => {
+  const limit = bodyLimit({
     maxSize: MAX_BODY_BYTES,
     onError: (c) => {
       c.header('Connection', 'close');
       throw new ApiError('payload_too_large', `request body exceeds ${MAX_BODY_BYTES} bytes (1 MiB)`);
     },
   });
+  // a GET or HEAD has no body in a fetch Request; asking for one would make
+  // the Node adapter build a full Request (and an AbortSignal) per read
+  return (c, next) => (c.req.method === 'GET' || c.req.method === 'HEAD' ? next() : limit(c, next));
+};
 
 const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
 

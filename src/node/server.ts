@@ -5,6 +5,7 @@ import { ConfigError, SECRET_VARIABLES } from '../config';
 import { createLogger } from '../logger';
 import { Secret } from '../secret';
 import { answerClientErrors } from './client-errors';
+import { createStdoutSink } from './log-sink';
 import { createNodePlatform, listeningUrl, type NodePlatform } from './platform';
 
 /**
@@ -26,7 +27,7 @@ export async function startServer(env: Record<string, string | undefined>): Prom
   graceMs: number;
   stop(): Promise<void>;
 }> {
-  const node = await createNodePlatform(env);
+  const node = await createNodePlatform(env, { logSink: createStdoutSink() });
   const { config, logger } = node.platform;
   const graceMs = config.shutdownGraceMs;
   const app = createApp(node.platform);

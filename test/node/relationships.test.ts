@@ -1,11 +1,12 @@
 import { and, eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cellMembers, cells, entities, entityTypes, environments, relationships } from '../../src/db/schema';
+import { cellMembers, cells, entities, entityTypes, environments, orgs, relationships } from '../../src/db/schema';
 import type { Cardinality } from '../../src/modules/catalog-items';
 import type { PropertyDefinition } from '../../src/modules/properties';
 import { createTestApi, type ApiResponse, type TestApi } from '../support/node-app';
-import { createTenant, expectError, mintToken, type Tenant } from '../support/fixtures';
+import { createTenant, expectError, mintToken, seedToken, type Tenant } from '../support/fixtures';
 import { usingPostgres } from '../support/node-database';
+import { countStatements } from '../support/statement-counter';
 
 const RELATIONSHIP_FIELDS = [
   'createdAt',
@@ -324,6 +325,226 @@ describe(`relationships (${usingPostgres() ? 'Postgres' : 'PGlite'})`, () => {
       const body = { relationshipType: type, from: (await entity(from)).name, to: (await entity(to)).name };
       const responses = await Promise.all(Array.from({ length: 10 }, () => create(body)));
       expect(tally(responses)).toEqual({ '201': 1, '409 already_exists': 9 });
+    });
+  });
+
+  describe('POST ENV/relationships in one statement', () => {
+    // The first create of a type in a process goes the transactional way and remembers the type; from then on a
+    // plain success is one statement (src/modules/relationships/fast-path.ts) and every other answer comes from
+    // the transactional path, as before.
+    const projectPath = () => `/${tenant.org.slug}/${tenant.project.slug}`;
+    const tokensPath = () => `/orgs/${tenant.org.slug}/projects/${tenant.project.slug}/tokens`;
+
+    async function measured(call: () => Promise<ApiResponse>): Promise<{ response: ApiResponse; statements: number; transactions: number }> {
+      let response!: ApiResponse;
+      const counts = await countStatements(api.testDatabase.database, async () => {
+        response = await call();
+      });
+      return { response, ...counts };
+    }
+
+    /** A world whose type this process has remembered, by one create through the transactional path. */
+    async function warmWorld(options: Partial<Parameters<typeof relationshipType>[0]> = {}) {
+      const w = await world(options);
+      const end = await entity(w.from);
+      const first = await measured(() => create({ relationshipType: w.type, from: end.name, to: 'no-such-entity' }));
+      expectError(first.response, 404, 'not_found');
+      expect(first.transactions).toBe(1);
+      return w;
+    }
+
+    const storedOfType = (type: string) => api.db.select().from(relationships).where(eq(relationships.relationshipTypeName, type));
+
+    it('answers a plain create in one statement, with what the transactional path answers', async () => {
+      const { from, to } = await world();
+      const type = await relationshipType({
+        from,
+        to,
+        properties: [
+          { name: 'port', type: 'integer', required: true },
+          { name: 'protocol', type: 'string', default: 'tcp' },
+        ],
+      });
+      const slow = await measured(() => create({ relationshipType: type, from: 'x', to: 'y' }));
+      expect(slow.transactions).toBe(1);
+      const [a, b] = [await entity(from), await entity(to)];
+      const fast = await measured(() =>
+        create({ relationshipType: type, from: a.name, to: b.name, properties: { port: 5432 }, labels: { team: 'db' } }),
+      );
+      expect(fast.response.status, JSON.stringify(fast.response.body)).toBe(201);
+      expect({ statements: fast.statements, transactions: fast.transactions }).toEqual({ statements: 1, transactions: 0 });
+      expect(Object.keys(fast.response.body).sort()).toEqual(RELATIONSHIP_FIELDS);
+      expect(fast.response.body).toMatchObject({
+        relationshipTypeName: type,
+        fromEntityId: a.id,
+        toEntityId: b.id,
+        state: 'planned',
+        properties: { port: 5432, protocol: 'tcp' },
+        labels: { team: 'db' },
+        envId: envIds.default,
+        orgId: tenant.org.id,
+        projectId: tenant.project.id,
+      });
+      expect(fast.response.body.updatedAt).toBe(fast.response.body.createdAt);
+      expect((await api.call('GET', `${env}/relationships/${fast.response.body.id}`, { token: viewer })).body).toEqual(fast.response.body);
+      const c = await entity(to);
+      const explicit = await measured(() =>
+        create({ relationshipType: type, from: a.name, to: c.name, state: 'live', properties: { port: 1 } }),
+      );
+      expect(explicit.statements).toBe(1);
+      expect(explicit.response.body.state).toBe('live');
+    });
+
+    it('fills the exclusive ends from the cardinality, and answers each 409 as before, writing nothing', async () => {
+      const expected = {
+        'many-to-many': { fromExclusive: false, toExclusive: false },
+        'one-to-one': { fromExclusive: true, toExclusive: true },
+        'one-to-many': { fromExclusive: false, toExclusive: true },
+        'many-to-one': { fromExclusive: true, toExclusive: false },
+      } as const;
+      for (const [cardinality, exclusive] of Object.entries(expected) as [Cardinality, { fromExclusive: boolean; toExclusive: boolean }][]) {
+        const { from, to, type } = await warmWorld({ cardinality });
+        const [a, b] = [await entity(from), await entity(to)];
+        const made = await measured(() => create({ relationshipType: type, from: a.name, to: b.name }));
+        expect(made.response.status, cardinality).toBe(201);
+        expect(made.statements).toBe(1);
+        const [row] = await storedOfType(type);
+        expect({ fromExclusive: row!.fromExclusive, toExclusive: row!.toExclusive }, cardinality).toEqual({
+          fromExclusive: exclusive.fromExclusive ? a.id : null,
+          toExclusive: exclusive.toExclusive ? b.id : null,
+        });
+        expectError(await create({ relationshipType: type, from: a.name, to: b.name }), 409, 'already_exists');
+        const outgoing = await create({ relationshipType: type, from: a.name, to: (await entity(to)).name });
+        const incoming = await create({ relationshipType: type, from: (await entity(from)).name, to: b.name });
+        if (exclusive.fromExclusive) expectError(outgoing, 409, 'cardinality_violation');
+        else expect(outgoing.status, cardinality).toBe(201);
+        if (exclusive.toExclusive) expectError(incoming, 409, 'cardinality_violation');
+        else expect(incoming.status, cardinality).toBe(201);
+        expect(await storedOfType(type)).toHaveLength(1 + Number(!exclusive.fromExclusive) + Number(!exclusive.toExclusive));
+      }
+    });
+
+    it('leaves every answer but a plain 201 to the transactional path, unchanged', async () => {
+      const { from, to, type } = await warmWorld({ properties: [{ name: 'port', type: 'integer', required: true }] });
+      const [a, b] = [await entity(from), await entity(to)];
+      const body = { relationshipType: type, from: a.name, to: b.name, properties: { port: 1 } };
+      expectError(await create({ ...body, relationshipType: 'no-such-type' }), 404, 'not_found');
+      expectError(await create({ ...body, from: 'no-such-entity' }), 404, 'not_found');
+      expectError(await create({ ...body, to: 'no-such-entity' }), 404, 'not_found');
+      expectError(await create({ ...body, to: (await entity(to, { envName: 'staging' })).name }), 404, 'not_found');
+      expectError(await create(body, owner, `/${tenant.org.slug}/${tenant.project.slug}/envs/nowhere/relationships`), 404, 'not_found');
+      // the one statement is tried and writes nothing; the transactional path answers
+      const tried = await measured(() => create({ ...body, from: b.name, to: a.name }));
+      expect({ statements: tried.statements, transactions: tried.transactions }).toEqual({ statements: 2, transactions: 1 });
+      const backwards = tried.response;
+      expectError(backwards, 400, 'type_mismatch');
+      expect(backwards.body.error).toContain(`goes from "${from}" entities`);
+      const wrongTo = await create({ ...body, to: (await entity(from)).name });
+      expectError(wrongTo, 400, 'type_mismatch');
+      expect(wrongTo.body.error).toContain(`goes to "${to}" entities`);
+      expectError(await create({ ...body, state: 'gone' }), 400, 'invalid_state');
+      const invalid = await create({ ...body, properties: { port: 'x' } });
+      expectError(invalid, 400, 'validation_failed');
+      expect(invalid.body.details).toEqual([{ path: 'properties.port', message: 'must be of type integer' }]);
+      // authorization and the lookups first: an invalid create by a viewer is a 403, of a missing end a 404
+      expectError(await create({ ...body, properties: {} }, viewer), 403, 'forbidden');
+      expectError(await create({ ...body, from: 'no-such-entity', properties: {} }), 404, 'not_found');
+      const pinned = await mintToken(api, tenant, { role: 'member', envName: 'staging', as: owner });
+      expectError(await create(body, pinned), 403, 'forbidden');
+      const minted = await api.call('POST', tokensPath(), { token: owner, body: { name: fresh('doomed'), role: 'member' } });
+      expect((await api.call('DELETE', `${tokensPath()}/${minted.body.id}`, { token: owner })).status).toBe(200);
+      expectError(await create(body, minted.body.token), 401, 'unauthorized');
+      const expired = await seedToken(api, tenant, 'member', { expiresAt: new Date(Date.now() - 1000) });
+      expectError(await create(body, expired), 401, 'unauthorized');
+      expectError(await create(body, 'cp_not_a_token'), 401, 'unauthorized');
+      await api.db.update(orgs).set({ suspendedAt: new Date() }).where(eq(orgs.id, tenant.org.id));
+      try {
+        expectError(await create(body), 403, 'org_suspended');
+      } finally {
+        await api.db.update(orgs).set({ suspendedAt: null }).where(eq(orgs.id, tenant.org.id));
+      }
+      expect(await storedOfType(type)).toEqual([]);
+      const made = await measured(() => create(body));
+      expect(made.response.status).toBe(201);
+      expect(made.statements).toBe(1);
+    });
+
+    it('validates against the type as it is now after a PUT, and a changed cardinality takes effect at once', async () => {
+      const { from, to, type } = await warmWorld();
+      const path = `${projectPath()}/relationship-types/${type}`;
+      const definition = { kind: 'RelationshipType', name: type, from, to, states: ['planned', 'live', 'retired'] };
+      const required = { ...definition, properties: [{ name: 'port', type: 'integer', required: true }] };
+      expect((await api.call('PUT', path, { token: owner, body: required })).status).toBe(200);
+      const a = await entity(from);
+      expectError(await create({ relationshipType: type, from: a.name, to: (await entity(to)).name }), 400, 'validation_failed');
+      // no relationships yet: the cardinality may change, and the next create must carry the exclusive ends
+      const oneToOne = { ...required, cardinality: 'one-to-one', states: ['live'] };
+      expect((await api.call('PUT', path, { token: owner, body: oneToOne })).status).toBe(200);
+      const b = await entity(to);
+      const first = await measured(() => create({ relationshipType: type, from: a.name, to: b.name, properties: { port: 1 } }));
+      expect(first.response.status, JSON.stringify(first.response.body)).toBe(201);
+      expect(first.transactions).toBe(1);
+      expect(first.response.body.state).toBe('live');
+      expect((await storedOfType(type))[0]).toMatchObject({ fromExclusive: a.id, toExclusive: b.id });
+      const taken = await create({ relationshipType: type, from: a.name, to: (await entity(to)).name, properties: { port: 2 } });
+      expectError(taken, 409, 'cardinality_violation');
+      const [c, d] = [await entity(from), await entity(to)];
+      const next = await measured(() => create({ relationshipType: type, from: c.name, to: d.name, properties: { port: 3 } }));
+      expect(next.response.status).toBe(201);
+      expect(next.statements).toBe(1);
+    });
+
+    it('takes a type deleted and made again under the same name as the new one', async () => {
+      const { from, to, type } = await warmWorld();
+      const path = `${projectPath()}/relationship-types/${type}`;
+      expect((await api.call('DELETE', path, { token: owner })).status).toBe(200);
+      await relationshipType({ name: type, from, to, cardinality: 'one-to-many', states: ['wired'] });
+      const a = await entity(from);
+      const b = await entity(to);
+      const made = await create({ relationshipType: type, from: a.name, to: b.name });
+      expect(made.status).toBe(201);
+      expect(made.body.state).toBe('wired');
+      expect((await storedOfType(type))[0]).toMatchObject({ fromExclusive: null, toExclusive: b.id });
+    });
+
+    it('keeps cardinality exact under concurrent creates of a remembered type', async () => {
+      const tally = (responses: ApiResponse[]) =>
+        responses.reduce<Record<string, number>>((counts, r) => {
+          const key = r.status === 201 ? '201' : `${r.status} ${r.body?.code}`;
+          counts[key] = (counts[key] ?? 0) + 1;
+          return counts;
+        }, {});
+      const oneToOne = await warmWorld({ cardinality: 'one-to-one' });
+      const a = await entity(oneToOne.from);
+      const targets = [];
+      for (let i = 0; i < 10; i += 1) targets.push(await entity(oneToOne.to));
+      const responses = await Promise.all(targets.map((b) => create({ relationshipType: oneToOne.type, from: a.name, to: b.name })));
+      expect(tally(responses)).toEqual({ '201': 1, '409 cardinality_violation': 9 });
+      expect(await storedOfType(oneToOne.type)).toHaveLength(1);
+
+      const manyToMany = await warmWorld();
+      const body = { relationshipType: manyToMany.type, from: (await entity(manyToMany.from)).name, to: (await entity(manyToMany.to)).name };
+      expect(tally(await Promise.all(Array.from({ length: 10 }, () => create(body))))).toEqual({ '201': 1, '409 already_exists': 9 });
+      expect(await storedOfType(manyToMany.type)).toHaveLength(1);
+    });
+
+    it('leaves a cell-scoped token to the transactional path', async () => {
+      const { from, to, type } = await warmWorld();
+      const [a, b] = [await entity(from), await entity(to)];
+      const cellName = fresh('scope-cell');
+      await api.db.insert(cells).values({
+        orgId: tenant.org.id,
+        projectId: tenant.project.id,
+        name: cellName,
+        entityTypeName: from,
+        placementPolicy: 'least-loaded',
+        membershipMode: 'explicit',
+      });
+      const scoped = await mintToken(api, tenant, { role: 'member', cellScopes: [cellName], as: owner });
+      const refused = await measured(() => create({ relationshipType: type, from: a.name, to: b.name }, scoped));
+      expectError(refused.response, 403, 'cell_scope_violation');
+      expect(refused.transactions).toBe(1);
+      expect(await storedOfType(type)).toEqual([]);
     });
   });
 

@@ -1,11 +1,10 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
 import { plainAccessColumns, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
-import type { Queryable } from '../../db/client';
 import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
-import { isUuid } from '../names';
+import { perHandle, typeDefinitionCache } from '../one-statement';
 import { toEntity, type EntityRow } from './service';
 
 /**
@@ -23,23 +22,6 @@ import { toEntity, type EntityRow } from './service';
  * project by id or by slug), named where Platform.namedStatements allows, so
  * Postgres parses it once per connection and keeps its generic plan.
  */
-
-type Shape = { orgById: boolean; projectById: boolean };
-
-/** One prepared statement per database handle and shape, built on first use. */
-function perHandle<T>(build: (db: Queryable, shape: Shape, name: string) => T, prefix: string) {
-  const built = new WeakMap<Queryable, Map<string, T>>();
-  return (ctx: ServiceContext, ref: EnvRef): T => {
-    const db = ctx.db;
-    let byShape = built.get(db);
-    if (!byShape) built.set(db, (byShape = new Map()));
-    const shape = { orgById: isUuid(ref.org), projectById: isUuid(ref.project) };
-    const key = `${shape.orgById ? 'id' : 'slug'}_${shape.projectById ? 'id' : 'slug'}`;
-    let statement = byShape.get(key);
-    if (!statement) byShape.set(key, (statement = build(db, shape, ctx.namedStatements ? `${prefix}_${key}` : '')));
-    return statement;
-  };
-}
 
 const plainEntityRead = perHandle((db, shape, name) => {
   const caller = plainEnvironmentAccess(db, shape, 'data:read').as('caller');
@@ -74,41 +56,10 @@ export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: 
 
 // --- create ------------------------------------------------------------------------
 
-/**
- * Entity type definitions as a create last validated against them, per
- * process, keyed by the path's organization and project (as written: id or
- * slug) and the type's name. Only a hint: the create statement re-checks,
- * under its share lock, that the type row is still the version the
- * definition was read from (EntityTypeVersion), and does nothing otherwise.
- * An entry lives a minute at most, so an xmin cannot come round again
- * (2^32 transactions) while it is in use.
- */
-const typeCache = new Map<string, { definition: EntityTypeDefinition; version: EntityTypeVersion; at: number }>();
-const TYPE_CACHE_TTL_MS = 60_000;
-const TYPE_CACHE_SIZE = 1000;
-const typeKey = (ref: EnvRef, typeName: string) => JSON.stringify([ref.org, ref.project, typeName]);
-
-export function rememberEntityType(
-  ctx: ServiceContext,
-  ref: EnvRef,
-  type: { definition: EntityTypeDefinition; version: EntityTypeVersion },
-): void {
-  const key = typeKey(ref, type.definition.name);
-  typeCache.delete(key);
-  if (typeCache.size >= TYPE_CACHE_SIZE) typeCache.delete(typeCache.keys().next().value!);
-  typeCache.set(key, { ...type, at: ctx.clock.now().getTime() });
-}
-
-export function rememberedEntityType(
-  ctx: ServiceContext,
-  ref: EnvRef,
-  typeName: string,
-): { definition: EntityTypeDefinition; version: EntityTypeVersion } | undefined {
-  const entry = typeCache.get(typeKey(ref, typeName));
-  if (!entry) return undefined;
-  const age = ctx.clock.now().getTime() - entry.at;
-  return age >= 0 && age < TYPE_CACHE_TTL_MS ? entry : undefined;
-}
+/** Entity type definitions as a create last validated against them (typeDefinitionCache). */
+const validatedTypes = typeDefinitionCache<{ definition: EntityTypeDefinition; version: EntityTypeVersion }>();
+export const rememberEntityType = validatedTypes.remember;
+export const rememberedEntityType = validatedTypes.recall;
 
 const entityColumns = getTableColumns(entities);
 type EntityColumns = typeof entityColumns;

@@ -13,6 +13,13 @@ import { cardinalityLimits, TransitionConstraint } from '../catalog-items';
 import { callerCellScope } from '../cells/membership';
 import { validateProperties } from '../properties';
 import { getRelationshipTypeDefinition, type RelationshipTypeDefinition } from '../relationship-types/service';
+import {
+  createRelationshipPlainly,
+  rememberedRelationshipType,
+  rememberRelationshipType,
+  shareRelationshipTypeVersion,
+  type RelationshipRow,
+} from './fast-path';
 import type {
   EntityRelationship,
   Relationship,
@@ -29,12 +36,17 @@ import type {
  * constraints, so two concurrent creates can never both satisfy a one-to-one;
  * the loser's unique violation becomes 409 here.
  *
+ * A create share-locks its relationship type's row until commit (the one
+ * statement of fast-path.ts as the transaction does), so a PUT or DELETE of
+ * the type, which takes the row FOR UPDATE, waits for it: a PUT's check that
+ * no relationship blocks a change of ends or cardinality cannot miss one
+ * validated against the old definition.
+ *
  * Cell scope: a relationship is visible to a cell-scoped token when either
  * end is in its cells. A write needs at least one end in scope; the check runs
  * inside the write's transaction.
  */
 
-type RelationshipRow = typeof relationships.$inferSelect;
 type EntityRow = typeof entities.$inferSelect;
 
 const toRelationship = (row: RelationshipRow): Relationship => ({
@@ -126,12 +138,17 @@ function validatedProperties(type: RelationshipTypeDefinition, values: Record<st
 }
 
 export async function createRelationship(ctx: ServiceContext, ref: EnvRef, input: RelationshipCreate): Promise<Relationship> {
+  const plain = await createRelationshipInOneStatement(ctx, ref, input);
+  if (plain) return toRelationship(plain);
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
   let from: EntityRow | undefined;
   let to: EntityRow | undefined;
   try {
     const row = await ctx.db.transaction(async (tx) => {
-      const type = await getRelationshipTypeDefinition(tx, project.id, input.relationshipType);
+      const versioned = await shareRelationshipTypeVersion(tx, project.id, input.relationshipType);
+      // what the next create of this type validates against, if the row is still this version then
+      rememberRelationshipType(ctx, ref, versioned);
+      const type = versioned.definition;
       from = await getEntityInEnv(tx, env.id, input.from);
       to = await getEntityInEnv(tx, env.id, input.to);
       const scope = await callerCellScope(ctx, project.id, tx);
@@ -185,6 +202,35 @@ export async function createRelationship(ctx: ServiceContext, ref: EnvRef, input
     if (constraint === undefined || !from || !to) throw error;
     throw await conflictFor(ctx, env.id, input, from, to, constraint);
   }
+}
+
+/**
+ * The create in one statement (fast-path.ts), validated against the type as
+ * this process last saw it; the statement itself checks that the type is
+ * still that version. Undefined sends the request the transactional way,
+ * which gives every answer but a plain 201: so does a request that does not
+ * validate, because the lookups and authorization come before validation there.
+ */
+async function createRelationshipInOneStatement(
+  ctx: ServiceContext,
+  ref: EnvRef,
+  input: RelationshipCreate,
+): Promise<RelationshipRow | undefined> {
+  if (ctx.callerState.resolved || ctx.callerState.tokenHash === undefined) return undefined;
+  const type = rememberedRelationshipType(ctx, ref, input.relationshipType);
+  if (!type) return undefined;
+  const state = input.state ?? type.definition.states[0]!;
+  if (!type.definition.states.includes(state)) return undefined;
+  const properties = validateProperties(type.definition.properties, input.properties ?? {}, { fillDefaults: true });
+  if (!properties.ok) return undefined;
+  return createRelationshipPlainly(ctx, ref, {
+    type,
+    from: input.from,
+    to: input.to,
+    state,
+    properties: properties.values,
+    labels: input.labels ?? {},
+  });
 }
 
 /**

@@ -1,0 +1,61 @@
+import type { EnvRef } from '../auth/access';
+import type { ServiceContext } from '../context';
+import type { Queryable } from '../db/client';
+import { isUuid } from './names';
+
+/**
+ * What the one-statement paths of the hottest requests share
+ * (src/modules/entities/fast-paths.ts, src/modules/relationships/fast-path.ts).
+ */
+
+/** How the path names its organization and project: by id or by slug. The statements differ. */
+export type PathShape = { orgById: boolean; projectById: boolean };
+
+/**
+ * One prepared statement per database handle and path shape, built on first
+ * use and named `${prefix}_<shape>` where Platform.namedStatements allows, so
+ * Postgres parses it once per connection and keeps its generic plan.
+ */
+export function perHandle<T>(build: (db: Queryable, shape: PathShape, name: string) => T, prefix: string) {
+  const built = new WeakMap<Queryable, Map<string, T>>();
+  return (ctx: ServiceContext, ref: EnvRef): T => {
+    const db = ctx.db;
+    let byShape = built.get(db);
+    if (!byShape) built.set(db, (byShape = new Map()));
+    const shape = { orgById: isUuid(ref.org), projectById: isUuid(ref.project) };
+    const key = `${shape.orgById ? 'id' : 'slug'}_${shape.projectById ? 'id' : 'slug'}`;
+    let statement = byShape.get(key);
+    if (!statement) byShape.set(key, (statement = build(db, shape, ctx.namedStatements ? `${prefix}_${key}` : '')));
+    return statement;
+  };
+}
+
+/**
+ * Catalog type definitions (entity or relationship types) as a create last
+ * validated against them, per process, keyed by the path's organization and
+ * project (as written: id or slug) and the type's name. Only a hint: the
+ * create statement re-checks, under its share lock, that the type row is
+ * still the version the definition was read from (its id and xmin), and
+ * does nothing otherwise. An entry lives a minute at most, so an xmin cannot
+ * come round again (2^32 transactions) while it is in use.
+ */
+export function typeDefinitionCache<T extends { definition: { name: string } }>() {
+  const TTL_MS = 60_000;
+  const SIZE = 1000;
+  const entries = new Map<string, T & { at: number }>();
+  const keyOf = (ref: EnvRef, typeName: string) => JSON.stringify([ref.org, ref.project, typeName]);
+  return {
+    remember(ctx: ServiceContext, ref: EnvRef, type: T): void {
+      const key = keyOf(ref, type.definition.name);
+      entries.delete(key);
+      if (entries.size >= SIZE) entries.delete(entries.keys().next().value!);
+      entries.set(key, { ...type, at: ctx.clock.now().getTime() });
+    },
+    recall(ctx: ServiceContext, ref: EnvRef, typeName: string): T | undefined {
+      const entry = entries.get(keyOf(ref, typeName));
+      if (!entry) return undefined;
+      const age = ctx.clock.now().getTime() - entry.at;
+      return age >= 0 && age < TTL_MS ? entry : undefined;
+    },
+  };
+}

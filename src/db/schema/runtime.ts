@@ -40,7 +40,12 @@ export const entities = pgTable(
   (t) => [
     // entity names are unique per environment, across types (DECISIONS §1); also the keyset order
     unique('entities_env_name_unique').on(t.envId, t.name),
+    // each equality filter of the list is an ordered range of one of these, so a page reads its n+1 rows at any depth
+    // and however rare the value (src/modules/entities/list.ts, docs/entity-lists.md); an entity no sync tool
+    // reports is in no list by sync source, and its create need not write that index
     index('entities_env_type_name_idx').on(t.envId, t.entityTypeName, t.name),
+    index('entities_env_state_name_idx').on(t.envId, t.state, t.name),
+    index('entities_env_sync_source_name_idx').on(t.envId, t.syncSource, t.name).where(sql`${t.syncSource} is not null`),
     // the entity-type foreign key's RESTRICT check and "is this type still used" look up by project
     index('entities_project_type_idx').on(t.projectId, t.entityTypeName),
     index('entities_labels_idx').using('gin', t.labels.op('jsonb_path_ops')),

@@ -1,0 +1,2 @@
+CREATE INDEX "entities_env_state_name_idx" ON "entities" USING btree ("env_id","state","name");--> statement-breakpoint
+CREATE INDEX "entities_env_sync_source_name_idx" ON "entities" USING btree ("env_id","sync_source","name") WHERE "entities"."sync_source" is not null;

@@ -6,11 +6,12 @@
 import { entities } from './entities';
 import { foundation } from './foundation';
 import { openBench, type Benchmark } from './harness';
+import { httpBench } from './http';
 import { importBench } from './import';
 import { runs } from './runs';
 import { stream } from './stream';
 
-const benchmarks: Benchmark[] = [foundation, entities, runs, stream, importBench];
+const benchmarks: Benchmark[] = [foundation, entities, runs, stream, importBench, httpBench];
 
 async function main(): Promise<void> {
   const wanted = process.argv.slice(2);

@@ -1,0 +1,48 @@
+/**
+ * The floor under `GET ENV/entities/{name}` over HTTP: a bare `node:http`
+ * server, a `pg` Pool of the app's size and one named select per request,
+ * the row answered as JSON. No routing, authentication, validation or ORM.
+ * It runs as a child process, as the app does, so that neither shares an
+ * event loop with autocannon's clients.
+ *
+ * Run by startBare (bench/http/server.ts) as `node --import tsx
+ * bench/http/bare.ts` with DATABASE_URL, PORT and BARE_ENV_ID; any path
+ * answers the entity named by its last segment. It imports nothing of the
+ * app, so its process holds only what the floor needs.
+ */
+import { createServer } from 'node:http';
+import pg from 'pg';
+
+/** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
+const APP_POOL_SIZE = 10;
+
+/** The app's read by name (src/modules/entities/fast-paths.ts) without the token and tenancy it folds in. */
+const ENTITY_BY_NAME = 'select * from entities where env_id = $1 and name = $2';
+
+function serve(): void {
+  const envId = process.env.BARE_ENV_ID;
+  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: APP_POOL_SIZE });
+  pool.on('error', () => {});
+  const server = createServer((req, res) => {
+    const url = req.url ?? '/';
+    const name = decodeURIComponent(url.slice(url.lastIndexOf('/') + 1));
+    pool.query({ name: 'bare_entity_by_name', text: ENTITY_BY_NAME, values: [envId, name] }).then(
+      ({ rows }) => {
+        const body = rows.length ? JSON.stringify(rows[0]) : '{"error":"not found","code":"not_found"}';
+        res.writeHead(rows.length ? 200 : 404, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        res.end(body);
+      },
+      (error: unknown) => {
+        console.error(error);
+        res.writeHead(500).end();
+      },
+    );
+  });
+  server.listen(Number(process.env.PORT), '127.0.0.1');
+  process.once('SIGTERM', () => {
+    server.closeAllConnections();
+    server.close(() => void pool.end().then(() => process.exit(0)));
+  });
+}
+
+serve();

@@ -1,0 +1,254 @@
+/**
+ * The run engine of a `npm start` child (QUEUE_DRIVER=pg, its job runner 8
+ * attempts in flight), over real HTTP, against a receiver in this process
+ * (node:http on 127.0.0.1, keep-alive, answering 200 at once):
+ *
+ * - trigger → first delivery: from sending `POST ENV/entities/{e}/actions/{a}`
+ *   to the receiver holding the request, one run at a time, beside a bare
+ *   `fetch` of the same receiver (p50, target ≤ 3×);
+ * - deliveries per second: a backlog of runs drained, beside a bare fetch
+ *   loop with the same concurrency and count to the same receiver (target
+ *   ≥ 0.5×). The receiver holds the runner's first attempts unanswered, so
+ *   its 8 slots are taken, while runs are triggered (8 requests in flight)
+ *   for HOLD_MS or until BENCH_HTTP_RUNS are; then it answers them, and the
+ *   time to the last run's arrival is what is measured: the runner alone,
+ *   not racing the triggers for the server's CPU. Every run must arrive; a
+ *   webhook-id seen twice is reported.
+ *
+ * The child must be started with OUTBOUND_ALLOWED_HOSTS=127.0.0.1: the
+ * outbound guard refuses loopback receivers otherwise (any port of that host
+ * passes, so the receiver's port need not be known in advance). Its
+ * DELIVERY_ATTEMPT_TIMEOUT_SECONDS must stay above HOLD_MS and a trigger's
+ * time (the default, 10 s, does), or the held attempts time out and are made
+ * again.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { positiveInteger } from '../harness';
+import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
+
+/** The job runner's attempts in flight (src/node/job-runner.ts): the bare loop matches it. */
+const IN_FLIGHT = 8;
+/** A drain that gets no delivery for this long has lost runs: the bench says so instead of waiting forever. */
+const STALL_MS = 30_000;
+/**
+ * How long runs are triggered while the receiver holds the runner's attempts:
+ * with the triggers still in flight then, under the default attempt timeout
+ * (10 s). A machine that triggers fewer than BENCH_HTTP_RUNS in that time
+ * times a smaller backlog; the row says how many.
+ */
+const HOLD_MS = 7_000;
+
+interface Receiver {
+  url: string;
+  /** Resolves with the arrival time (performance.now()) of the first request carrying this webhook-id. */
+  arrival(webhookId: string): Promise<number>;
+  /** Every webhook-id received so far, with how many requests carried it. */
+  deliveries: Map<string, number>;
+  lastArrival(): number;
+  /** Leaves webhook requests unanswered until release(). */
+  hold(): void;
+  release(): void;
+  close(): Promise<void>;
+}
+
+async function startReceiver(): Promise<Receiver> {
+  const waiting = new Map<string, (at: number) => void>();
+  const arrived = new Map<string, number>();
+  const deliveries = new Map<string, number>();
+  let last = 0;
+  /** The answers the receiver owes, while it holds. */
+  let held: (() => void)[] | undefined;
+  const release = () => {
+    for (const answer of held ?? []) answer();
+    held = undefined;
+  };
+  const server = createServer((req, res) => {
+    const at = performance.now();
+    const id = req.headers['webhook-id'];
+    req.resume();
+    const answer = () => res.end();
+    if (held && typeof id === 'string') held.push(answer);
+    else req.on('end', answer);
+    if (typeof id !== 'string') return;
+    last = at;
+    const seen = deliveries.get(id) ?? 0;
+    deliveries.set(id, seen + 1);
+    if (seen > 0) return;
+    const waiter = waiting.get(id);
+    if (waiter) {
+      waiting.delete(id);
+      waiter(at);
+    } else arrived.set(id, at);
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    arrival: (id) => {
+      const at = arrived.get(id);
+      if (at !== undefined) return Promise.resolve(at);
+      return new Promise((resolve) => waiting.set(id, resolve));
+    },
+    deliveries,
+    lastArrival: () => last,
+    hold: () => {
+      held = [];
+    },
+    release,
+    close: () =>
+      new Promise((resolve) => {
+        release();
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Resolves once every id has arrived; rejects, naming how many are missing, once STALL_MS pass without an arrival. */
+async function allArrived(receiver: Receiver, ids: string[]): Promise<void> {
+  let stall: ReturnType<typeof setInterval> | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    let count = -1;
+    stall = setInterval(() => {
+      const now = receiver.deliveries.size;
+      if (now === count) {
+        const missing = ids.filter((id) => !receiver.deliveries.has(id)).length;
+        reject(new Error(`deliveries: ${missing} of ${ids.length} runs not delivered after ${STALL_MS / 1000} s without a delivery`));
+      }
+      count = now;
+    }, STALL_MS);
+  });
+  try {
+    await Promise.race([Promise.all(ids.map((id) => receiver.arrival(id))), stalled]);
+  } finally {
+    clearInterval(stall);
+  }
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+const summary = (samples: number[]) => {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return { p50: percentile(sorted, 0.5), p99: percentile(sorted, 0.99) };
+};
+
+/** Up to `count` calls of `work`, `concurrency` at a time, starting none once `enough()` says so. */
+async function inParallel(count: number, concurrency: number, work: () => Promise<void>, enough = () => false): Promise<void> {
+  let started = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (started < count && !enough()) {
+        started++;
+        await work();
+      }
+    }),
+  );
+}
+
+export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
+  const latencyRuns = positiveInteger('BENCH_HTTP_LATENCY_RUNS', 200);
+  const maxRuns = positiveInteger('BENCH_HTTP_RUNS', 2000);
+  const project = target.env.replace(/\/envs\/[^/]+$/, '');
+  // names of their own, so a second call on the same tenant conflicts with nothing
+  const suffix = randomBytes(3).toString('hex');
+  const entityType = `bench-vm-${suffix}`;
+  const receiver = await startReceiver();
+  try {
+    await callApi(target, 'POST', `${project}/entity-types`, 201, { kind: 'EntityType', name: entityType, states: ['new'], initialState: 'new' });
+    await callApi(target, 'POST', `${target.env}/entities`, 201, { kind: 'Entity', entityType, name: 'web-1' });
+    // as bench/runs.ts: a receiver would need the callback to complete the run, so the payload carries it
+    await callApi(target, 'POST', `${project}/actions`, 201, {
+      kind: 'Action',
+      name: 'deploy',
+      entityType,
+      trigger: {
+        type: 'webhook',
+        url: `${receiver.url}/deploy`,
+        payload: { vm: '{{ entity.name }}', callbackUrl: '{{ run.callbackUrl }}', callbackToken: '{{ run.callbackToken }}' },
+      },
+    });
+    const triggerPath = `${target.env}/entities/web-1/actions/deploy`;
+    const trigger = async () => ((await callApi(target, 'POST', triggerPath, 202, {})) as { id: string }).id;
+    const bareFetch = async () => {
+      const res = await fetch(`${receiver.url}/bare`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+      await res.arrayBuffer();
+    };
+
+    // trigger → first delivery, one run at a time, each beside a bare fetch
+    const warm = Math.max(20, Math.floor(latencyRuns / 5));
+    for (let i = 0; i < warm; i++) {
+      await receiver.arrival(await trigger());
+      await bareFetch();
+    }
+    const latency: number[] = [];
+    /** The trigger's own answer: the part of the latency that is a request, not the runner. */
+    const answered: number[] = [];
+    const bare: number[] = [];
+    for (let i = 0; i < latencyRuns; i++) {
+      let started = performance.now();
+      const id = await trigger();
+      answered.push(performance.now() - started);
+      latency.push((await receiver.arrival(id)) - started);
+      started = performance.now();
+      await bareFetch();
+      bare.push(performance.now() - started);
+    }
+
+    // deliveries per second: a backlog, queued while the runner's slots wait on held attempts
+    const ids: string[] = [];
+    receiver.hold();
+    const triggering = performance.now();
+    await inParallel(
+      maxRuns,
+      IN_FLIGHT,
+      async () => {
+        ids.push(await trigger());
+      },
+      () => performance.now() - triggering > HOLD_MS,
+    );
+    const queued = performance.now();
+    const heldOrDelivered = ids.filter((id) => receiver.deliveries.has(id)).length;
+    receiver.release();
+    await allArrived(receiver, ids);
+    const runs = ids.length;
+    const backlog = runs - heldOrDelivered;
+    if (backlog === 0) throw new Error('deliveries: no run was left queued behind the held attempts');
+    const delivered = backlog / ((receiver.lastArrival() - queued) / 1000);
+    const triggered = runs / ((queued - triggering) / 1000);
+    // a duplicate would be a repeated attempt: give one a moment to show up
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const duplicates = ids.filter((id) => receiver.deliveries.get(id)! > 1).length;
+
+    const bareStarted = performance.now();
+    await inParallel(backlog, IN_FLIGHT, bareFetch);
+    const fetched = backlog / ((performance.now() - bareStarted) / 1000);
+
+    const l = summary(latency);
+    const a = summary(answered);
+    const b = summary(bare);
+    return [
+      atMost(
+        'trigger → first delivery p50',
+        l.p50,
+        b.p50,
+        'ms',
+        3,
+        `${latencyRuns} runs one at a time after ${warm} warm-up; p99 ${l.p99.toFixed(2)} ms; the trigger's 202 alone p50 ${a.p50.toFixed(2)} ms; floor: a bare fetch of the same receiver (p99 ${b.p99.toFixed(2)} ms)`,
+      ),
+      atLeast(
+        `webhook deliveries/s (Node job runner, ${IN_FLIGHT} in flight)`,
+        delivered,
+        fetched,
+        'deliveries/s',
+        0.5,
+        `${runs} runs (of at most ${maxRuns}) triggered ${IN_FLIGHT} at a time in ${((queued - triggering) / 1000).toFixed(1)} s (${triggered.toFixed(0)}/s) ` +
+          `while the receiver held the runner's first ${heldOrDelivered} attempts; timed: the ${backlog} queued behind them, from answering those until the last arrived; ` +
+          `every run delivered, ${duplicates} twice or more; floor: ${backlog} bare fetches, ${IN_FLIGHT} in flight`,
+      ),
+    ];
+  } finally {
+    await receiver.close();
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * What the parts of `npm run bench -- http` share: a running `npm start`
+ * child process and a tenant in it, and the rows they print.
+ */
+
+/** A `npm start` child process serving the API over real HTTP. */
+export interface HttpTarget {
+  /** e.g. http://127.0.0.1:41234 */
+  url: string;
+  /** The child process's pid: its CPU time and RSS are read from /proc/<pid>/. */
+  pid: number;
+  /** An owner service token of `org`, unpinned and unscoped. */
+  token: string;
+  org: string;
+  project: string;
+  /** `/${org}/${project}/envs/default` */
+  env: string;
+  /** Which database the child runs on, for the printed label: 'postgres' or 'pglite'. */
+  database: 'postgres' | 'pglite';
+}
+
+/** One printed row: a measure beside its floor from the same run, and the issue's target for the ratio. */
+export interface Row {
+  measure: string;
+  /** The app's figure, in `unit`. */
+  value: number;
+  /** The floor's figure in the same unit, measured in the same run. */
+  floor: number;
+  unit: string;
+  /** value ÷ floor */
+  ratio: number;
+  /** e.g. '≥ 0.7×' or '≤ 1.5×' */
+  target: string;
+  met: boolean;
+  /** Anything the reader needs to judge the row (sample sizes, what the floor is). */
+  note?: string;
+}
+
+/** A row whose target is a lower bound on value ÷ floor (throughputs). */
+export function atLeast(measure: string, value: number, floor: number, unit: string, bound: number, note?: string): Row {
+  const ratio = value / floor;
+  return { measure, value, floor, unit, ratio, target: `≥ ${bound}×`, met: ratio >= bound, note };
+}
+
+/** A row whose target is an upper bound on value ÷ floor (latencies, costs). */
+export function atMost(measure: string, value: number, floor: number, unit: string, bound: number, note?: string): Row {
+  const ratio = value / floor;
+  return { measure, value, floor, unit, ratio, target: `≤ ${bound}×`, met: ratio <= bound, note };
+}
+
+/**
+ * One API call over HTTP with the target's token. The body is read and the
+ * status checked, so a bench never times errors without saying so.
+ */
+export async function callApi(target: HttpTarget, method: string, path: string, status: number, body?: unknown): Promise<unknown> {
+  const headers: Record<string, string> = { authorization: `Bearer ${target.token}` };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`${target.url}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  if (res.status !== status) throw new Error(`${method} ${path}: expected ${status}, got ${res.status}: ${text}`);
+  return text.length ? JSON.parse(text) : undefined;
+}

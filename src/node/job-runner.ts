@@ -1,6 +1,6 @@
 import { reapTimedOutRuns } from '../runs/completion';
 import { pruneChanges } from '../stream/feed';
-import { claimDueJobs, runDeliveryAttempt } from '../runs/delivery';
+import { claimDueJobs, runDeliveryAttempt, type LeasedJob } from '../runs/delivery';
 import type { RunEngine } from '../runs/engine';
 
 export interface JobRunnerOptions {
@@ -75,15 +75,18 @@ export class JobRunner {
 
   /**
    * Every job due now, delivered, and the attempts they led to that are due
-   * by then too, until nothing due is left. For tests and tools; the running
-   * host uses nudge().
+   * by then too, until nothing due is left. A slot that frees up takes the
+   * next due job at once, as on the running host. For tests and tools; the
+   * running host uses nudge().
    */
   async drain(): Promise<void> {
     for (;;) {
-      const jobs = await claimDueJobs(this.#engine, this.#options.concurrency);
-      if (jobs.length === 0 && this.#inFlight.size === 0) return;
+      const free = this.#options.concurrency - this.#inFlight.size;
+      const jobs = free > 0 ? await claimDueJobs(this.#engine, free) : [];
       for (const job of jobs) this.#track(job);
-      await Promise.all([...this.#inFlight]);
+      if (this.#inFlight.size === 0) return;
+      // an attempt settled: its slot is free, and the retry it scheduled may be due
+      await Promise.race([...this.#inFlight]);
     }
   }
 
@@ -154,8 +157,9 @@ export class JobRunner {
     }
   }
 
-  #track(job: Parameters<typeof runDeliveryAttempt>[1]): void {
-    const attempt = runDeliveryAttempt(this.#engine, job, { signal: this.#abort.signal }).then(
+  #track(leased: LeasedJob): void {
+    const { job } = leased;
+    const attempt = runDeliveryAttempt(this.#engine, leased, { signal: this.#abort.signal }).then(
       (result) => {
         if (result.kind === 'retry') this.#wakeAt(result.runAt);
       },

@@ -1,24 +1,30 @@
-import { and, eq, inArray, isNull, lt, lte, or } from 'drizzle-orm';
+import { and, eq, getTableColumns, inArray, isNull, lt, lte, or, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { signCallbackToken } from '../auth/callback-token';
 import { SealedSecretError } from '../auth/crypto';
-import { actionRuns, deliveryJobs, runAttempts } from '../db/schema';
+import type { Db } from '../db/client';
+import { actionRuns, deliveryJobs } from '../db/schema';
 import type { RunEngine } from './engine';
 import { scheduleRetry, type RetryPolicy } from './retry';
 import { templateContext, type RunRow } from './run-context';
 import { Undeliverable, type Attempt, type KindColumns, type Sent, type TriggerDefinition, type Verdict } from './trigger-kind';
 import { deliverableKind } from './trigger-kinds';
-import { DELIVERY_PREFIX, failDelivery, startRun } from './transitions';
+import { attemptLogged, DELIVERY_PREFIX, failDeliveryAttempt, startRun, type AttemptRecord } from './transitions';
 
 /**
  * One delivery attempt of a run, from a leased job to its recorded outcome
  * (DECISIONS §4; ARCHITECTURE "Delivery"), whatever its trigger kind:
  *
- *   job → the run (still pending?) → its kind (src/runs/trigger-kinds/)
+ *   job and its run, leased and read in one statement (the run still
+ *       pending?) → its kind (src/runs/trigger-kinds/)
  *       → kind.send (for a webhook: secrets, interpolation, outbound guard,
  *         fetch with a timeout and no redirects) → kind.classify
- *       → one transaction: the attempt's log row, and the run `running`, or
+ *       → one statement: the attempt's log row, and the run `running`, or
  *         the job re-scheduled per the kind's retry policy, or the run
- *         `failed` with `[delivery] ...` (src/runs/transitions.ts).
+ *         `failed` with `[delivery] ...` (src/runs/transitions.ts; a failed
+ *         run's notification in a transaction with it).
+ *
+ * A delivered attempt is two round trips to the database: its claim and
+ * its outcome.
  *
  * Nothing is written between taking the job and recording the outcome, and
  * no transaction is open during the HTTP call. A process that dies in
@@ -52,49 +58,69 @@ export interface AttemptOptions {
   signal?: AbortSignal;
 }
 
-/** Node: up to `limit` due jobs that no live worker holds, leased to the caller. */
-export async function claimDueJobs(engine: RunEngine, limit: number): Promise<DeliveryJob[]> {
-  const now = engine.clock.now();
-  const leaseUntil = new Date(now.getTime() + engine.leaseMs);
-  // one statement: the due jobs are picked, locked past other claimers (SKIP LOCKED), leased and returned
-  const due = engine.db
+/** A leased job, and its run as the claim read it (null: the run is gone). */
+export interface LeasedJob {
+  job: DeliveryJob;
+  run: RunRow | null;
+}
+
+const jobColumnNames = Object.keys(getTableColumns(deliveryJobs)) as (keyof DeliveryJob)[];
+
+/**
+ * Leases the jobs `which` selects until `leaseUntil`, and returns each with
+ * its run, in one statement. The run is read in the statement's snapshot:
+ * whatever ends a run drops its job in the same transaction, so a job still
+ * there to be leased has a run that was pending when its lease was taken, or
+ * one that is no longer pending and is dropped unsent.
+ */
+function lease(db: Db, which: SQL | undefined, leaseUntil: Date | SQL) {
+  const leased = db.$with('leased').as(db.update(deliveryJobs).set({ leaseUntil }).where(which).returning());
+  const job = Object.fromEntries(jobColumnNames.map((name) => [name, leased[name]])) as { [K in keyof DeliveryJob]: (typeof leased)[K] };
+  return db.with(leased).select({ job, run: actionRuns }).from(leased).leftJoin(actionRuns, eq(actionRuns.id, leased.runId)).orderBy(leased.runAt);
+}
+
+/** Held by nobody: never leased, or its lease ran out. */
+const unheld = (now: Date | Placeholder) => or(isNull(deliveryJobs.leaseUntil), lt(deliveryJobs.leaseUntil, now));
+
+/** claimDueJobs's statement: the due jobs picked and locked past other claimers (SKIP LOCKED), leased, and returned with their runs. */
+function buildClaim(db: Db) {
+  const now = sql.placeholder('now');
+  const due = db
     .select({ runId: deliveryJobs.runId })
     .from(deliveryJobs)
-    .where(and(lte(deliveryJobs.runAt, now), or(isNull(deliveryJobs.leaseUntil), lt(deliveryJobs.leaseUntil, now))))
+    .where(and(lte(deliveryJobs.runAt, now), unheld(now)))
     .orderBy(deliveryJobs.runAt)
-    .limit(limit)
+    .limit(sql.placeholder('limit'))
     .for('update', { skipLocked: true });
-  return engine.db.update(deliveryJobs).set({ leaseUntil }).where(inArray(deliveryJobs.runId, due)).returning();
+  // SET takes SQL, not a bare placeholder: the time comes as ISO text
+  return lease(db, inArray(deliveryJobs.runId, due), sql`${sql.placeholder('leaseUntil')}`).prepare('');
+}
+
+/** The claim, built once per database handle: each poll only fills it in. */
+const claimStatements = new WeakMap<Db, ReturnType<typeof buildClaim>>();
+
+/** Node: up to `limit` due jobs that no live worker holds, leased to the caller, with their runs. */
+export async function claimDueJobs(engine: RunEngine, limit: number): Promise<LeasedJob[]> {
+  let claim = claimStatements.get(engine.db);
+  if (!claim) claimStatements.set(engine.db, (claim = buildClaim(engine.db)));
+  const now = engine.clock.now();
+  return claim.execute({ now, limit, leaseUntil: new Date(now.getTime() + engine.leaseMs).toISOString() });
 }
 
 /**
- * Worker: the job a queue message names, leased to the caller, when it is
- * still at the message's attempt, due, and held by nobody. `early` says the
- * message came before the job's time (its caller re-queues it).
+ * Worker: the job a queue message names, leased to the caller with its run,
+ * when it is still at the message's attempt, due, and held by nobody.
+ * `early` says the message came before the job's time (its caller re-queues it).
  */
-export async function claimJob(
-  engine: RunEngine,
-  runId: string,
-  attempt: number,
-): Promise<{ job: DeliveryJob } | { early: Date } | null> {
+export async function claimJob(engine: RunEngine, runId: string, attempt: number): Promise<LeasedJob | { early: Date } | null> {
   const now = engine.clock.now();
-  const [job] = await engine.db
-    .update(deliveryJobs)
-    .set({ leaseUntil: new Date(now.getTime() + engine.leaseMs) })
-    .where(
-      and(
-        eq(deliveryJobs.runId, runId),
-        eq(deliveryJobs.attempt, attempt),
-        lte(deliveryJobs.runAt, now),
-        or(isNull(deliveryJobs.leaseUntil), lt(deliveryJobs.leaseUntil, now)),
-      ),
-    )
-    .returning();
-  if (job) return { job };
+  const thisAttempt = and(eq(deliveryJobs.runId, runId), eq(deliveryJobs.attempt, attempt));
+  const [leased] = await lease(engine.db, and(thisAttempt, lte(deliveryJobs.runAt, now), unheld(now)), new Date(now.getTime() + engine.leaseMs));
+  if (leased) return leased;
   const [waiting] = await engine.db
     .select({ runAt: deliveryJobs.runAt, leaseUntil: deliveryJobs.leaseUntil })
     .from(deliveryJobs)
-    .where(and(eq(deliveryJobs.runId, runId), eq(deliveryJobs.attempt, attempt)))
+    .where(thisAttempt)
     .limit(1);
   if (waiting && waiting.runAt > now && (!waiting.leaseUntil || waiting.leaseUntil < now)) return { early: waiting.runAt };
   return null;
@@ -134,8 +160,7 @@ function attemptOf(engine: RunEngine, run: RunRow, job: DeliveryJob, options: At
 }
 
 /** Performs the leased job's attempt and records its outcome (or, aborted, hands the job back unrecorded). */
-export async function runDeliveryAttempt(engine: RunEngine, job: DeliveryJob, options: AttemptOptions = {}): Promise<AttemptResult> {
-  const [run] = await engine.db.select().from(actionRuns).where(eq(actionRuns.id, job.runId)).limit(1);
+export async function runDeliveryAttempt(engine: RunEngine, { job, run }: LeasedJob, options: AttemptOptions = {}): Promise<AttemptResult> {
   if (!run || run.status !== 'pending') {
     await engine.db.delete(deliveryJobs).where(and(eq(deliveryJobs.runId, job.runId), eq(deliveryJobs.attempt, job.attempt)));
     return { kind: 'skipped' };
@@ -209,47 +234,34 @@ type Outcome = {
 } & ({ outcome: 'delivered'; columns?: KindColumns } | { outcome: 'retry'; retryAt: Date } | { outcome: 'failed'; runError: string });
 
 /**
- * One transaction: the attempt's log row, and the run and the job moved
- * on (the run's state by src/runs/transitions.ts). Each write is guarded
- * (the job at this attempt, the run still pending or active), so a worker
- * that lost its lease, or a run completed or cancelled meanwhile, changes
- * nothing it should not.
+ * The attempt's log row, and the run and the job moved on (the run's state
+ * by src/runs/transitions.ts), in one statement. Each write is guarded (the
+ * job at this attempt, the run still pending or active), so a worker that
+ * lost its lease, or a run completed or cancelled meanwhile, changes nothing
+ * it should not.
  */
 async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, outcome: Outcome): Promise<AttemptResult> {
   const now = engine.clock.now();
-  const thisJob = and(eq(deliveryJobs.runId, job.runId), eq(deliveryJobs.attempt, job.attempt));
-  await engine.db.transaction(async (tx) => {
-    const attemptRow = {
-      runId: run.id,
-      attempt: job.attempt,
-      startedAt: outcome.startedAt,
-      latencyMs: outcome.latencyMs,
-      httpStatus: outcome.httpStatus,
-      outcome: outcome.outcome,
-      error: outcome.problem,
-    };
-    await tx
-      .insert(runAttempts)
-      .values(attemptRow)
-      .onConflictDoUpdate({ target: [runAttempts.runId, runAttempts.attempt], set: attemptRow });
-    switch (outcome.outcome) {
-      case 'delivered':
-        await startRun(tx, run.id, now, outcome.columns);
-        await tx.delete(deliveryJobs).where(thisJob);
-        break;
-      case 'retry':
-        await tx
-          .update(deliveryJobs)
-          .set({ attempt: job.attempt + 1, runAt: outcome.retryAt, leaseUntil: null, dispatchedAt: null })
-          .where(thisJob);
-        break;
-      case 'failed':
-        await failDelivery(tx, run.id, outcome.runError, now);
-        // the attempt's own job, also when the run had ended meanwhile
-        await tx.delete(deliveryJobs).where(thisJob);
-        break;
-    }
-  });
+  const attempt: AttemptRecord = {
+    runId: run.id,
+    attempt: job.attempt,
+    startedAt: outcome.startedAt,
+    latencyMs: outcome.latencyMs,
+    httpStatus: outcome.httpStatus,
+    outcome: outcome.outcome,
+    error: outcome.problem,
+  };
+  switch (outcome.outcome) {
+    case 'delivered':
+      await startRun(engine.db, attempt, now, outcome.columns);
+      break;
+    case 'retry':
+      await scheduleNextAttempt(engine.db, attempt, outcome.retryAt);
+      break;
+    case 'failed':
+      await failDeliveryAttempt(engine.db, run, attempt, outcome.runError, now);
+      break;
+  }
   const level = outcome.outcome === 'delivered' ? 'info' : 'warn';
   engine.logger[level]('delivery attempt', {
     runId: run.id,
@@ -267,4 +279,22 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
     case 'failed':
       return { kind: 'failed', error: outcome.runError };
   }
+}
+
+/**
+ * The job moved on to its next attempt, due at `runAt` and held by nobody,
+ * with the attempt's log row, in one statement. The run's row is key-share
+ * locked first, as the log row's foreign key locks it: the run's row before
+ * its job's, the lock order of every transition.
+ */
+async function scheduleNextAttempt(db: Db, attempt: AttemptRecord, runAt: Date): Promise<void> {
+  const run = db.$with('run').as(db.select({ id: actionRuns.id }).from(actionRuns).where(eq(actionRuns.id, attempt.runId)).for('key share'));
+  const logged = attemptLogged(db, attempt);
+  const rescheduled = db.$with('rescheduled').as(
+    db
+      .update(deliveryJobs)
+      .set({ attempt: attempt.attempt + 1, runAt, leaseUntil: null, dispatchedAt: null })
+      .where(and(eq(deliveryJobs.runId, attempt.runId), eq(deliveryJobs.attempt, attempt.attempt), sql`(select count(*) from ${run}) >= 0`)),
+  );
+  await db.with(run, logged, rescheduled).select({ runId: logged.runId }).from(logged);
 }

@@ -55,7 +55,7 @@ export async function consumeDeliveries(engine: RunEngine, queue: DeliveryQueue,
         } else if ('early' in claim) {
           message.retry({ delaySeconds: delaySecondsUntil(claim.early, engine.clock.now()) });
         } else {
-          const result = await runDeliveryAttempt(engine, claim.job);
+          const result = await runDeliveryAttempt(engine, claim);
           if (result.kind === 'retry') {
             await queue.send({ runId, attempt: result.attempt }, { delaySeconds: delaySecondsUntil(result.runAt, engine.clock.now()) });
           }

@@ -1,11 +1,11 @@
-import { and, eq, inArray, sql, type SQL } from 'drizzle-orm';
-import type { Db, Tx } from '../db/client';
-import { actionRuns, ACTIVE_RUN_STATUSES, deliveryJobs, entities } from '../db/schema';
+import { and, eq, inArray, or, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import type { Db, Queryable, Tx } from '../db/client';
+import { actionRuns, ACTIVE_RUN_STATUSES, deliveryJobs, entities, runAttempts } from '../db/schema';
 import type { Logger } from '../logger';
 import type { Clock } from '../platform';
 import type { RunPorts } from './engine';
 import type { RunRow } from './run-context';
-import { notifyRunOutcomes, type EndedRun } from './run-notifications';
+import { notifyRunOutcomes, triggeringUser, type EndedRun } from './run-notifications';
 import type { KindColumns, ReportSource, RunReport } from './trigger-kind';
 import { knownKind } from './trigger-kinds';
 
@@ -15,7 +15,7 @@ import { knownKind } from './trigger-kinds';
  *
  *   pending → running                        startRun (a delivery carried out)
  *   pending → cancelled                      cancelRun
- *   active  → failed `[delivery] ...`        failDelivery, failDeadLettered
+ *   active  → failed `[delivery] ...`        failDeliveryAttempt, failDelivery, failDeadLettered
  *   active  → succeeded / failed, reported   completeRun (the callback; a kind's inbound event)
  *   active  → succeeded / failed, by a move  completeRunsByEntityMove (the entity API, DECISIONS §8)
  *   active  → failed, timed out              reapTimedOutRuns
@@ -114,17 +114,133 @@ async function endRuns(tx: Tx, which: SQL | undefined, ending: Ending, at: Date,
 
 // --- delivery --------------------------------------------------------------------
 
-/** pending → running: its trigger was carried out; `columns` are its kind's (a pull request's number, URL, ...). */
-export async function startRun(tx: Tx, runId: string, at: Date, columns: KindColumns = {}): Promise<boolean> {
-  const started = await tx
-    .update(actionRuns)
-    .set({ ...columns, status: 'running', startedAt: at })
-    .where(and(eq(actionRuns.id, runId), eq(actionRuns.status, 'pending')))
-    .returning({ id: actionRuns.id });
-  return started.length > 0;
+/** An attempt's row in the attempt log (run_attempts), written by the statement of the outcome it led to. */
+export type AttemptRecord = typeof runAttempts.$inferInsert;
+
+/** An attempt's row as a statement takes it: its values, or placeholders for them. */
+export type AttemptValues = { [K in keyof AttemptRecord]: AttemptRecord[K] | Placeholder };
+
+/** What an attempt logged again replaces: everything but its key. */
+const loggedAgain = Object.fromEntries(
+  (['startedAt', 'latencyMs', 'httpStatus', 'outcome', 'error'] as const).map((key) => [key, sql`excluded.${sql.identifier(runAttempts[key].name)}`]),
+);
+
+/**
+ * The attempt's log row, as a part of its outcome's statement. A worker
+ * whose lease ran out may record an attempt another worker recorded first:
+ * the row is then written again.
+ */
+export const attemptLogged = (db: Queryable, attempt: AttemptValues) =>
+  db.$with('attempt_logged').as(
+    db
+      .insert(runAttempts)
+      .values(attempt)
+      .onConflictDoUpdate({ target: [runAttempts.runId, runAttempts.attempt], set: loggedAgain })
+      .returning({ runId: runAttempts.runId }),
+  );
+
+/** A placeholder for each of `names`, under its own name. */
+const placeholders = <K extends string>(names: readonly K[]) =>
+  Object.fromEntries(names.map((name) => [name, sql.placeholder(name)])) as { [N in K]: Placeholder<N> };
+
+const attemptKeys = ['runId', 'attempt', 'startedAt', 'latencyMs', 'httpStatus', 'outcome', 'error'] as const satisfies readonly (keyof AttemptRecord)[];
+
+/**
+ * startRun's statement for one set of kind columns: the run moved, the
+ * attempt logged, the attempt's job dropped. Reading `started` makes the
+ * run's UPDATE go before the job's DELETE: the run's row before its job's,
+ * the lock order of every transition.
+ */
+function buildStart(db: Queryable, columns: readonly (keyof KindColumns)[]) {
+  const attempt = placeholders(attemptKeys);
+  const started = db.$with('started').as(
+    db
+      .update(actionRuns)
+      // SET takes SQL, not bare placeholders: the values come as the driver takes them (the time as ISO text)
+      .set({
+        ...Object.fromEntries(columns.map((name) => [name, sql`${sql.placeholder(name)}`])),
+        status: 'running',
+        startedAt: sql`${sql.placeholder('at')}`,
+      })
+      .where(and(eq(actionRuns.id, attempt.runId), eq(actionRuns.status, 'pending')))
+      .returning({ id: actionRuns.id }),
+  );
+  const logged = attemptLogged(db, attempt);
+  const dropped = db.$with('dropped').as(
+    db
+      .delete(deliveryJobs)
+      .where(and(eq(deliveryJobs.runId, attempt.runId), eq(deliveryJobs.attempt, attempt.attempt), sql`(select count(*) from ${started}) >= 0`)),
+  );
+  return db
+    .with(started, logged, dropped)
+    .select({ started: sql<number>`(select count(*) from ${started})`.mapWith(Number) })
+    .from(logged)
+    .prepare('');
 }
 
-/** active → failed: its delivery failed for good (`error` starts with DELIVERY_PREFIX). The entity stays where it is. */
+/** startRun's statements, built once per database handle and set of kind columns: each attempt only fills one in. */
+const startStatements = new WeakMap<Queryable, Map<string, ReturnType<typeof buildStart>>>();
+
+/**
+ * pending → running: its trigger was carried out; `columns` are its kind's
+ * (a pull request's number, URL, ...). One statement: the run moved, the
+ * attempt logged, the attempt's job dropped, each as guarded as on its own.
+ */
+export async function startRun(db: Queryable, attempt: AttemptRecord, at: Date, columns: KindColumns = {}): Promise<boolean> {
+  const names = (Object.keys(columns) as (keyof KindColumns)[]).sort();
+  let byColumns = startStatements.get(db);
+  if (!byColumns) startStatements.set(db, (byColumns = new Map()));
+  let statement = byColumns.get(names.join());
+  if (!statement) byColumns.set(names.join(), (statement = buildStart(db, names)));
+  const [row] = await statement.execute({ ...attempt, ...columns, at: at.toISOString() });
+  return (row?.started ?? 0) > 0;
+}
+
+/**
+ * active → failed: the attempt's delivery failed for good (`error` starts
+ * with DELIVERY_PREFIX); the entity stays where it is. The run, the attempt's
+ * log row and its job (dropped also when the run had ended meanwhile) in one
+ * statement, afterEnd's notification with it: in one transaction when the
+ * run's triggering user may be notified, else that statement alone.
+ */
+export async function failDeliveryAttempt(
+  db: Db,
+  run: Pick<RunRow, 'triggeredBy'>,
+  attempt: AttemptRecord,
+  error: string,
+  at: Date,
+): Promise<RunRow[]> {
+  const fail = (q: Queryable) => {
+    const ended = q.$with('ended').as(
+      q
+        .update(actionRuns)
+        .set({ status: 'failed', completedAt: at, error })
+        .where(and(eq(actionRuns.id, attempt.runId), active))
+        .returning(),
+    );
+    const logged = attemptLogged(q, attempt);
+    // the main query reads `ended` first: the run's row before its job's
+    const dropped = q.$with('dropped').as(
+      q
+        .delete(deliveryJobs)
+        .where(and(eq(deliveryJobs.runId, attempt.runId), or(eq(deliveryJobs.attempt, attempt.attempt), sql`exists (select 1 from ${ended})`))),
+    );
+    return q.with(ended, logged, dropped).select().from(ended);
+  };
+  // notifyRunOutcomes writes nothing, and reads nothing, for a run no user triggered (a token's, bootstrap's)
+  if (triggeringUser(run.triggeredBy) === null) return fail(db);
+  return db.transaction(async (tx) => {
+    const runs = await fail(tx);
+    await notifyRunOutcomes(tx, runs, at);
+    return runs;
+  });
+}
+
+/**
+ * active → failed: its delivery failed for good outside an attempt the engine
+ * records (a pull request's post-merge dispatch; `error` starts with
+ * DELIVERY_PREFIX). The entity stays where it is.
+ */
 export async function failDelivery(tx: Tx, runId: string, error: string, at: Date): Promise<RunRow[]> {
   return endRuns(tx, eq(actionRuns.id, runId), { status: 'failed', error }, at);
 }

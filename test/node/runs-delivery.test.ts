@@ -3,12 +3,14 @@ import { eq } from 'drizzle-orm';
 import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deliveryJobs } from '../../src/db/schema';
+import { claimDueJobs, runDeliveryAttempt, type AttemptResult } from '../../src/runs/delivery';
 import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../support/node-app';
 import { webhookAction } from '../support/run-fixtures';
 import type { LookupAddress } from 'node:dns';
 import { guardedFetch } from '../../src/node/outbound-fetch';
 import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
+import { countStatements } from '../support/statement-counter';
 
 /**
  * Outbound delivery of webhook triggers (SPEC "Outbound webhook trigger";
@@ -370,6 +372,60 @@ describe('outbound delivery', () => {
       await h.api.jobs.drain();
       expect(receiver.requests[3]!.headers['webhook-id']).toBe(other.id);
       expect(receiver.requests[3]!.headers['webhook-signature']).toBeUndefined();
+    });
+  });
+
+  describe('round trips to the database', () => {
+    /** One attempt of the run's job, from its claim to its recorded outcome: what it led to, the statements it sent and the transactions it opened. */
+    async function attemptOnce(runId: string): Promise<{ result: AttemptResult | undefined; statements: number; transactions: number }> {
+      let result: AttemptResult | undefined;
+      const counts = await countStatements(h.api.testDatabase.database, async () => {
+        const leased = await claimDueJobs(h.api.engine, 8);
+        expect(leased.map(({ job }) => job.runId)).toEqual([runId]);
+        result = await runDeliveryAttempt(h.api.engine, leased[0]!);
+      });
+      return { result, ...counts };
+    }
+
+    const jobOf = async (runId: string) => h.api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, runId));
+
+    it('a delivered attempt is two statements and no transaction: the claim, which reads the run, and the outcome', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const action = await h.action({ url: `${receiver.url}/hook` });
+      // nothing else due: the claim takes this run's job only
+      await h.api.jobs.drain();
+      const run = await h.trigger(action);
+      expect(await attemptOnce(run.id)).toEqual({ result: { kind: 'delivered' }, statements: 2, transactions: 0 });
+      expect(await h.run(run.id)).toMatchObject({ status: 'running', attempts: [{ attempt: 1, httpStatus: 200, outcome: 'delivered' }] });
+      expect(await jobOf(run.id)).toEqual([]);
+    });
+
+    it('a retried attempt, and then a failed one, are two statements each; the failure still ends the run once', async () => {
+      const receiver = await h.receiver({ status: 503 }, { status: 400 });
+      const action = await h.action({ url: `${receiver.url}/hook` });
+      await h.api.jobs.drain();
+      const run = await h.trigger(action);
+      const retried = await attemptOnce(run.id);
+      expect(retried).toMatchObject({ result: { kind: 'retry', attempt: 2 }, statements: 2, transactions: 0 });
+      expect(await jobOf(run.id)).toMatchObject([{ attempt: 2, leaseUntil: null, dispatchedAt: null }]);
+      expect(await attemptOnce(run.id)).toMatchObject({ result: { kind: 'failed' }, statements: 2, transactions: 0 });
+      const failed = await h.run(run.id);
+      expect(failed).toMatchObject({ status: 'failed', error: '[delivery] the receiver answered HTTP 400 (not retried)' });
+      expect(statusesAndOutcomes(failed)).toEqual([
+        [503, 'retry'],
+        [400, 'failed'],
+      ]);
+      expect(await jobOf(run.id)).toEqual([]);
+    });
+
+    it('only a trigger that names secrets reads them: one statement more', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      await h.putSecret('round-trip-token', 'tok-round-trip-1234');
+      const action = await h.action({ url: `${receiver.url}/hook`, headers: { 'x-token': '{{ secrets.round-trip-token }}' } });
+      await h.api.jobs.drain();
+      const run = await h.trigger(action);
+      expect(await attemptOnce(run.id)).toEqual({ result: { kind: 'delivered' }, statements: 3, transactions: 0 });
+      expect(receiver.requests[0]!.headers['x-token']).toBe('tok-round-trip-1234');
     });
   });
 

@@ -18,16 +18,22 @@ export interface CallbackClaims {
 const AUDIENCE = 'cellplane:run-callback';
 const ISSUER = 'cellplane';
 
-const keys = new Map<string, Promise<Uint8Array>>();
+const keys = new Map<string, Promise<CryptoKey>>();
 
-/** HMAC-SHA256(AUTH_SECRET, label): a key per purpose from the one configured secret. */
-function callbackKey(authSecret: Secret): Promise<Uint8Array> {
+/**
+ * HMAC-SHA256(AUTH_SECRET, label): a key per purpose from the one configured
+ * secret, imported once as a CryptoKey (jose would import raw bytes again on
+ * every sign and verify: each delivery attempt signs a token).
+ */
+function callbackKey(authSecret: Secret): Promise<CryptoKey> {
   const raw = authSecret.reveal();
   let key = keys.get(raw);
   if (!key) {
     key = (async () => {
-      const hmacKey = await crypto.subtle.importKey('raw', new TextEncoder().encode(raw), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-      return new Uint8Array(await crypto.subtle.sign('HMAC', hmacKey, new TextEncoder().encode('cellplane run callback token v1')));
+      const hmac = { name: 'HMAC', hash: 'SHA-256' };
+      const secretKey = await crypto.subtle.importKey('raw', new TextEncoder().encode(raw), hmac, false, ['sign']);
+      const derived = await crypto.subtle.sign('HMAC', secretKey, new TextEncoder().encode('cellplane run callback token v1'));
+      return crypto.subtle.importKey('raw', derived, hmac, false, ['sign', 'verify']);
     })();
     keys.set(raw, key);
   }

@@ -418,6 +418,22 @@ describe('outbound delivery', () => {
       expect(await jobOf(run.id)).toEqual([]);
     });
 
+    it('a trigger writes its run and its delivery job in one statement, without a transaction', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const action = await h.action({ url: `${receiver.url}/hook` });
+      const entity = uniqueSlug('vm');
+      const call = (path: string, body: unknown) => h.api.call('POST', `${h.env}/${path}`, { token: h.owner, body });
+      expect((await call('entities', { kind: 'Entity', entityType: 'vm', name: entity, properties: { zone: 'eu-1' } })).status).toBe(201);
+      let triggered: ApiResponse | undefined;
+      const counts = await countStatements(h.api.testDatabase.database, async () => {
+        triggered = await call(`entities/${entity}/actions/${action}`, {});
+      });
+      expect(triggered!.status).toBe(202);
+      // the token, the entity beside the action, then the run with its job; no conditions, so no metrics read
+      expect(counts).toEqual({ statements: 4, transactions: 0 });
+      expect(await jobOf(triggered!.body.id)).toMatchObject([{ runId: triggered!.body.id, attempt: 1, leaseUntil: null }]);
+    });
+
     it('only a trigger that names secrets reads them: one statement more', async () => {
       const receiver = await h.receiver({ status: 200 });
       await h.putSecret('round-trip-token', 'tok-round-trip-1234');

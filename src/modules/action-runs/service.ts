@@ -123,6 +123,17 @@ function callbackBase(ctx: ServiceContext): string {
   return ctx.config.apiBaseUrl;
 }
 
+/**
+ * Two independent reads at once; when both fail, the first one's error is
+ * the answer, as if they had run in order.
+ */
+async function bothOrFirstError<A, B>(first: Promise<A>, second: Promise<B>): Promise<[A, B]> {
+  const [a, b] = await Promise.allSettled([first, second]);
+  if (a.status === 'rejected') throw a.reason;
+  if (b.status === 'rejected') throw b.reason;
+  return [a.value, b.value];
+}
+
 export interface TriggerOptions {
   idempotencyKey?: string;
 }
@@ -144,8 +155,10 @@ export async function triggerAction(
 ): Promise<{ run: ActionRun; replayed: boolean }> {
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
   const scope = await callerCellScope(ctx, project.id);
-  const entity = await entityForWrite(ctx.db, env.id, entityName, scope, { lock: false });
-  const action = await getActionRow(ctx.db, project.id, actionName);
+  const [entity, action] = await bothOrFirstError(
+    entityForWrite(ctx.db, env.id, entityName, scope, { lock: false }),
+    getActionRow(ctx.db, project.id, actionName),
+  );
   if (action.entityTypeName !== entity.entityTypeName) {
     throw notFound(`action "${actionName}" for entities of type "${entity.entityTypeName}"`);
   }
@@ -157,7 +170,8 @@ export async function triggerAction(
   const trigger = action.trigger as TriggerDefinition;
   // a kind this server does not run is 501 before anything else is judged
   const kind = kindForTrigger(trigger);
-  const failures = failedConditions(action.conditions as CellConstraint[], await conditionSubject(ctx.db, entity));
+  const conditions = action.conditions as CellConstraint[];
+  const failures = conditions.length === 0 ? [] : failedConditions(conditions, await conditionSubject(ctx.db, entity));
   if (failures.length > 0) {
     throw new ApiError(
       'action_unavailable',
@@ -181,8 +195,9 @@ export async function triggerAction(
 
   let row: RunRow;
   try {
-    row = await ctx.db.transaction(async (tx) => {
-      const [inserted] = await tx
+    // the run and its delivery job in one statement: both commit, or neither (the outbox)
+    const inserted = ctx.db.$with('inserted').as(
+      ctx.db
         .insert(actionRuns)
         .values({
           ...run,
@@ -205,10 +220,12 @@ export async function triggerAction(
           timeoutAt: new Date(now.getTime() + action.timeoutMinutes * 60_000),
           createdAt: now,
         })
-        .returning();
-      await tx.insert(deliveryJobs).values({ runId, envId: env.id, attempt: 1, runAt: now, createdAt: now });
-      return inserted!;
-    });
+        .returning(),
+    );
+    const queued = ctx.db.$with('queued').as(
+      ctx.db.insert(deliveryJobs).values({ runId, envId: env.id, attempt: 1, runAt: now, createdAt: now }).returning({ runId: deliveryJobs.runId }),
+    );
+    [row] = (await ctx.db.with(inserted, queued).select().from(inserted)) as [RunRow];
   } catch (error) {
     // the same key, sent twice at once: the second finds the first's run
     if (options.idempotencyKey !== undefined && violatedUniqueConstraint(error) !== undefined) {

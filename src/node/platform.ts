@@ -185,7 +185,7 @@ export function platformWithJobRunner(
       // on a real socket (the server), frames go straight to it; in-process requests (app.request) get a web stream
       open: async (request, { raw, headers }) => {
         const outgoing = (raw as { outgoing?: ServerResponse } | undefined)?.outgoing;
-        return outgoing ? openSseOnSocket(hub, request, outgoing, headers) : openSseResponse(hub, request);
+        return outgoing ? openSseOnSocket(hub, request, outgoing, headers) : openSseResponse(hub, request, headers);
       },
     },
   });

@@ -26,7 +26,7 @@ export const STREAM_PREAMBLE = ': stream open\nretry: 2000\n\n';
  * Node hub, the Worker's Durable Object). The subscription ends when the
  * client goes away (the stream is cancelled), stalls, or the hub ends it.
  */
-export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): Response {
+export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest, headers: Record<string, string> = {}): Response {
   const encoder = new TextEncoder();
   let unsubscribe: (() => void) | undefined;
   let open = true;
@@ -64,5 +64,6 @@ export function openSseResponse(hub: ChangeHub, request: SubscriptionRequest): R
     },
   };
   const body = new ReadableStream<Uint8Array>(source, new ByteLengthQueuingStrategy({ highWaterMark: UNSENT_HIGH_WATER_BYTES }));
-  return new Response(body, { headers: SSE_HEADERS });
+  // the request's own (X-Request-Id, the rate limit's), as openSseOnSocket sends them: a returned Response skips the context's
+  return new Response(body, { headers: { ...SSE_HEADERS, ...headers } });
 }

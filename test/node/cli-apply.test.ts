@@ -2,16 +2,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import {
-  countPlan,
-  executePlan,
-  orderDocuments,
-  parseApplyDocuments,
-  planApply,
-  planRow,
-  type ApplyDocument,
-  type PlanEntry,
-} from '../../src/cli/apply';
+import { countPlan, executePlan, planApply, planRow, type PlanEntry } from '../../src/cli/apply';
+import { orderDocuments, parseApplyDocuments, type ApplyDocument } from '../../src/cli/apply-documents';
 import { CliError, UsageError } from '../../src/cli/errors';
 import { CellplaneError, createClient, type CellplaneClient, type EnvRef } from '../../src/sdk';
 import { createCliHome, runCli, target, type CliHome } from '../support/cli';

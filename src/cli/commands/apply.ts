@@ -45,10 +45,13 @@ export interface ApplyReport {
 }
 
 export async function runApply(ctx: CliContext, options: { file: string; dryRun: boolean }): Promise<void> {
-  const engine = await import('../apply');
-  const { text, label } = await engine.readApplySource(options.file);
+  const [engine, { describeDocument, orderDocuments, parseApplyDocuments, readApplySource }] = await Promise.all([
+    import('../apply'),
+    import('../apply-documents'),
+  ]);
+  const { text, label } = await readApplySource(options.file);
   // every document is checked before the target is even asked for: a bad file is a usage error, whatever the settings
-  const documents = engine.orderDocuments(engine.parseApplyDocuments(text, label));
+  const documents = orderDocuments(parseApplyDocuments(text, label));
   const target = ctx.env();
   const client = await ctx.client();
   const { out } = ctx;
@@ -79,7 +82,7 @@ export async function runApply(ctx: CliContext, options: { file: string; dryRun:
   }
 
   const result = await engine.executePlan(client, target, plan, (applied) => {
-    if (!out.jsonMode) out.line(`${out.paint.ok(applied.action)} ${engine.describeDocument(applied)}`);
+    if (!out.jsonMode) out.line(`${out.paint.ok(applied.action)} ${describeDocument(applied)}`);
   });
   report.applied = result.applied;
   report.notApplied = result.notApplied.map(engine.planRow);
@@ -93,13 +96,13 @@ export async function runApply(ctx: CliContext, options: { file: string; dryRun:
   }
 
   const { entry, error } = result.failure;
-  const where = `document ${entry.document.index} (${engine.describeDocument(entry.document)}, line ${entry.document.line})`;
+  const where = `document ${entry.document.index} (${describeDocument(entry.document)}, line ${entry.document.line})`;
   report.failed = failureOf(result.failure);
   if (out.jsonMode) {
     out.json(report);
   } else {
-    out.line(`${out.paint.bad('failed')} ${engine.describeDocument(entry.document)}: ${error instanceof Error ? error.message : String(error)}`);
-    for (const skipped of result.notApplied) out.line(`${out.paint.dim('not applied')} ${engine.describeDocument(skipped.document)}`);
+    out.line(`${out.paint.bad('failed')} ${describeDocument(entry.document)}: ${error instanceof Error ? error.message : String(error)}`);
+    for (const skipped of result.notApplied) out.line(`${out.paint.dim('not applied')} ${describeDocument(skipped.document)}`);
     out.line(`Stopped: ${created} created, ${updated} updated, 1 failed, ${result.notApplied.length} not applied.`);
   }
   // the API's error, named after the document: main prints it with the hint for its status (and SERVICE_DEBUG's detail)

@@ -1,11 +1,10 @@
-import process from 'node:process';
 import { createApp } from '../app';
 import { ConfigError, SECRET_VARIABLES } from '../config';
-import { createLogger } from '../logger';
+import { createLogger, type LogSink } from '../logger';
 import type { RateLimits } from '../platform';
 import { Secret } from '../secret';
 import { createStdoutSink } from '../node/log-sink';
-import { createNodePlatform, listeningUrl, type NodePlatform } from '../node/platform';
+import { createNodePlatform, listeningUrl, logListening, type NodePlatform } from '../node/platform';
 
 /**
  * `npm run deno`: the whole API on Deno, with the variables and behaviour of
@@ -23,7 +22,10 @@ import { createNodePlatform, listeningUrl, type NodePlatform } from '../node/pla
  * bodies still being read, so it listens until the requests in flight are
  * answered (docs/deno.md).
  */
-export async function startDenoServer(env: Record<string, string | undefined>): Promise<{
+export async function startDenoServer(
+  env: Record<string, string | undefined>,
+  logSink: LogSink = createStdoutSink(),
+): Promise<{
   node: NodePlatform;
   server: Deno.HttpServer;
   url: string;
@@ -31,7 +33,7 @@ export async function startDenoServer(env: Record<string, string | undefined>): 
   graceMs: number;
   stop(): Promise<void>;
 }> {
-  const node = await createNodePlatform(env, { logSink: createStdoutSink() });
+  const node = await createNodePlatform(env, { logSink });
   const { config, logger } = node.platform;
   const graceMs = config.shutdownGraceMs;
   const app = createApp({ ...node.platform, rateLimits: withDenoClientAddress(node.platform.rateLimits!) });
@@ -52,11 +54,7 @@ export async function startDenoServer(env: Record<string, string | undefined>): 
   node.jobs.start();
   // without DATABASE_URL this is also API_BASE_URL's default (src/node/platform.ts)
   const url = listeningUrl(hostname, server.addr.transport === 'tcp' ? server.addr.port : config.port);
-  logger.info('cellplane listening', {
-    url,
-    database: node.dataDir ? `embedded PGlite in ${node.dataDir}` : 'postgres (DATABASE_URL)',
-    deployment: config.deployment,
-  });
+  logListening(node, url);
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -121,13 +119,18 @@ function withDenoClientAddress(rateLimits: RateLimits): RateLimits {
 }
 
 /**
- * process.exit, not Deno.exit: only the former emits Node's 'exit' event, on
- * which the stdout sink (src/node/log-sink.ts) writes its last lines.
+ * Ends the process. Deno.exit does not emit Node's 'exit' event, on which the
+ * stdout sink (src/node/log-sink.ts) would write the lines it holds: they go first.
  */
-const exit = (code: number): never => process.exit(code);
+const exitAfter =
+  (sink: { flush(): void }) =>
+  (code: number): never => {
+    sink.flush();
+    return Deno.exit(code);
+  };
 
 /** Ends the process once the stop is done. */
-function stopOnSignals(stop: () => Promise<void>, graceMs: number): void {
+function stopOnSignals(stop: () => Promise<void>, graceMs: number, exit: (code: number) => never): void {
   let signalled = false;
   const onSignal = (signal: 'SIGINT' | 'SIGTERM') => {
     // a second signal ends the process at once, as Node's default does for the Node host (128 + the signal's number)
@@ -153,8 +156,10 @@ function stopOnSignals(stop: () => Promise<void>, graceMs: number): void {
 
 if (import.meta.main) {
   const env = Deno.env.toObject();
-  startDenoServer(env).then(
-    ({ stop, graceMs }) => stopOnSignals(stop, graceMs),
+  const sink = createStdoutSink();
+  const exit = exitAfter(sink);
+  startDenoServer(env, sink).then(
+    ({ stop, graceMs }) => stopOnSignals(stop, graceMs, exit),
     (error) => {
       if (error instanceof ConfigError) {
         // names the variable and what it expects, never the value

@@ -9,10 +9,11 @@ import type { LogSink } from '../logger';
  * line). Warnings and errors go to stderr at once, after whatever info lines
  * came before them, so nothing is reordered and the line that explains a
  * crash is out before it. Lines still held when the process exits are
- * written then (process 'exit' runs on an uncaught error too); only a
+ * written then (process 'exit' runs on an uncaught error too), or by
+ * `flush()` for a host that ends without that event (Deno.exit); only a
  * SIGKILL can lose the lines of the last turn.
  */
-export function createStdoutSink(streams: { stdout: Writable; stderr: Writable } = process): LogSink {
+export function createStdoutSink(streams: { stdout: Writable; stderr: Writable } = process): LogSink & { flush(): void } {
   // a closed stdout (EPIPE) must not become an uncaught error: console.log ignores it too
   for (const stream of [streams.stdout, streams.stderr]) if (stream.listenerCount('error') === 0) stream.on('error', () => {});
   let pending = '';
@@ -25,7 +26,7 @@ export function createStdoutSink(streams: { stdout: Writable; stderr: Writable }
     streams.stdout.write(text);
   };
   process.on('exit', flush);
-  return (line, level) => {
+  const sink: LogSink = (line, level) => {
     if (level === 'warn' || level === 'error') {
       flush();
       streams.stderr.write(`${line}\n`);
@@ -37,4 +38,5 @@ export function createStdoutSink(streams: { stdout: Writable; stderr: Writable }
       setImmediate(flush);
     }
   };
+  return Object.assign(sink, { flush });
 }

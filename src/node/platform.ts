@@ -104,6 +104,15 @@ export function listeningUrl(host: string | undefined, port: number): string {
   return `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
 }
 
+/** The line a host logs once it listens (src/node/server.ts, src/deno/server.ts): where, and on which database. */
+export function logListening(node: NodePlatform, url: string): void {
+  node.platform.logger.info('cellplane listening', {
+    url,
+    database: node.dataDir ? `embedded PGlite in ${node.dataDir}` : 'postgres (DATABASE_URL)',
+    deployment: node.platform.config.deployment,
+  });
+}
+
 /**
  * True for a real Postgres server, false for PGlite (embedded, or served over
  * pglite-socket at a DATABASE_URL), whose connections share one session.

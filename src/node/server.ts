@@ -6,7 +6,7 @@ import { createLogger } from '../logger';
 import { Secret } from '../secret';
 import { answerClientErrors } from './client-errors';
 import { createStdoutSink } from './log-sink';
-import { createNodePlatform, listeningUrl, type NodePlatform } from './platform';
+import { createNodePlatform, listeningUrl, logListening, type NodePlatform } from './platform';
 
 /**
  * `npm start`: the whole API on Node. With no environment at all it serves
@@ -42,11 +42,7 @@ export async function startServer(env: Record<string, string | undefined>): Prom
   const port = typeof address === 'object' && address ? address.port : config.port;
   // without DATABASE_URL this is also API_BASE_URL's default (src/node/platform.ts)
   const url = listeningUrl(hostname, port);
-  logger.info('cellplane listening', {
-    url,
-    database: node.dataDir ? `embedded PGlite in ${node.dataDir}` : 'postgres (DATABASE_URL)',
-    deployment: config.deployment,
-  });
+  logListening(node, url);
 
   let stopping: Promise<void> | undefined;
   const stop = () =>

@@ -54,7 +54,12 @@ const MIXED_WARMUP_SECONDS = 10;
 /** Of the reads and lists, once, before anything on them is timed. */
 const FIRST_WARMUP_SECONDS = 10;
 
+/** The parts of the run, in order; BENCH_HTTP_ONLY names a subset (comma-separated) to run alone. */
+const SECTIONS = ['reads', 'lists', 'writes', 'load', 'deliveries', 'stream', 'pglite'] as const;
+type Section = (typeof SECTIONS)[number];
+
 interface Settings {
+  sections: Set<Section>;
   seconds: number;
   loadSeconds: number;
   entities: number;
@@ -64,7 +69,11 @@ interface Settings {
 
 function readSettings(): Settings {
   const entities = positiveInteger('BENCH_HTTP_ENTITIES', 100_000);
+  const only = (process.env.BENCH_HTTP_ONLY ?? '').split(',').map((name) => name.trim()).filter(Boolean);
+  const unknown = only.filter((name) => !(SECTIONS as readonly string[]).includes(name));
+  if (unknown.length) throw new Error(`BENCH_HTTP_ONLY: unknown part ${unknown.join(', ')}; known: ${SECTIONS.join(', ')}`);
   return {
+    sections: new Set(only.length ? (only as Section[]) : SECTIONS),
     seconds: positiveInteger('BENCH_HTTP_SECONDS', 10),
     loadSeconds: positiveInteger('BENCH_HTTP_LOAD_SECONDS', 60),
     entities,
@@ -263,7 +272,7 @@ export const httpBench: Benchmark = {
   name: 'http',
   async run() {
     const settings = readSettings();
-    const { seconds: caseSeconds } = settings;
+    const { seconds: caseSeconds, sections } = settings;
     const scratch = await mkdtemp(join(tmpdir(), 'cellplane-bench-http-'));
     const profileDir = process.env.BENCH_HTTP_PROFILE;
     if (profileDir) await mkdir(profileDir, { recursive: true });
@@ -298,43 +307,49 @@ export const httpBench: Benchmark = {
       );
       console.log(`  ${describeSeed(seeded, analyzeMs)}`);
 
-      // --- reads, beside the bare server -------------------------------------------------
       const names = seeded.entities.map((entity) => entity.name);
-      const bare = await startBare(postgres.url, envId, names[0]!, join(scratch, 'bare.log'));
-      undo.push(bare.stop);
-      const appGet = (connections: number) => load(target.url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
-      const bareGet = (connections: number) => load(bare.url, undefined, connections, () => ({ method: 'GET', path: `/entities/${encodeURIComponent(pick(names))}` }));
       // a fresh process runs cold code (tsx-compiled, not yet optimized by V8): the reads and lists warm up first
-      await load(target.url, target.token, 10, mixedRequests(target, seeded, { get: 0.75, list: 0.25 }))(FIRST_WARMUP_SECONDS);
-      await bareGet(10)(FIRST_WARMUP_SECONDS);
-      const [app10, bare10] = await interleaved(appGet(10), bareGet(10), caseSeconds);
-      const [app1, bare1] = await interleaved(appGet(1), bareGet(1), caseSeconds);
-      await bare.stop();
-      for (const [what, trial] of [['GET app', app10], ['GET bare', bare10], ['GET app, 1 client', app1], ['GET bare, 1 client', bare1]] as const) {
-        if (trial.non2xx || trial.errors) throw new Error(`${what}: ${describeOutcome(trial)}`);
+      if (sections.has('reads') || sections.has('lists')) {
+        await load(target.url, target.token, 10, mixedRequests(target, seeded, { get: 0.75, list: 0.25 }))(FIRST_WARMUP_SECONDS);
+      }
+
+      // --- reads, beside the bare server -------------------------------------------------
+      if (sections.has('reads')) {
+        const bare = await startBare(postgres.url, envId, names[0]!, join(scratch, 'bare.log'));
+        undo.push(bare.stop);
+        const appGet = (connections: number) => load(target.url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
+        const bareGet = (connections: number) => load(bare.url, undefined, connections, () => ({ method: 'GET', path: `/entities/${encodeURIComponent(pick(names))}` }));
+        await bareGet(10)(FIRST_WARMUP_SECONDS);
+        const [app10, bare10] = await interleaved(appGet(10), bareGet(10), caseSeconds);
+        const [app1, bare1] = await interleaved(appGet(1), bareGet(1), caseSeconds);
+        await bare.stop();
+        for (const [what, trial] of [['GET app', app10], ['GET bare', bare10], ['GET app, 1 client', app1], ['GET bare, 1 client', bare1]] as const) {
+          if (trial.non2xx || trial.errors) throw new Error(`${what}: ${describeOutcome(trial)}`);
       }
       const floorNote = `floor: bare node:http + pg Pool(10), one named select by (env_id, name), the row as JSON; names drawn at random from the ${names.length}`;
       printRows('Reads (Postgres)', [
         atLeast('GET ENV/entities/{name}, 10 clients', perSecond(app10), perSecond(bare10), 'req/s', 0.7, `${floorNote}; app p50 ${p50(app10).toFixed(2)} ms, floor ${p50(bare10).toFixed(2)} ms`),
         atMost('GET ENV/entities/{name}, 1 client, p50', p50(app1), p50(bare1), 'ms', 1.5, `${app1.ok} and ${bare1.ok} requests; p99 ${quantile(app1.latencies, 0.99).toFixed(2)} vs ${quantile(bare1.latencies, 0.99).toFixed(2)} ms`),
       ]);
+      }
 
       // --- lists: the deepest page against the first, for every filter --------------------
-      const listRows: Row[] = [];
-      let labelFirstPage: string | undefined;
-      for (const filter of seeded.filters) {
-        const pages = await walk(target, filter);
-        if (filter.query.label === 'tier:gold') labelFirstPage = pages.first;
-        if (!pages.deepest) {
-          console.log(`  (list ${filter.label}: ${pages.matches} matches, fewer than two pages: no deepest page to time)`);
-          continue;
-        }
-        const page = (path: string) => load(target.url, target.token, 1, () => ({ method: 'GET', path }));
-        const [first, deepest] = await interleaved(page(pages.first), page(pages.deepest), caseSeconds);
-        if (first.non2xx + first.errors + deepest.non2xx + deepest.errors) throw new Error(`list ${filter.label}: ${describeOutcome(merge([first, deepest]))}`);
-        listRows.push(
-          atMost(`list ${filter.label}: deepest ÷ first page, p50`, p50(deepest), p50(first), 'ms', 1.2, `${pages.matches} matches, pages of ${PAGE}, 1 client; floor column: the first page`),
-        );
+      if (sections.has('lists')) {
+        const listRows: Row[] = [];
+        let labelFirstPage: string | undefined;
+        for (const filter of seeded.filters) {
+          const pages = await walk(target, filter);
+          if (filter.query.label === 'tier:gold') labelFirstPage = pages.first;
+          if (!pages.deepest) {
+            console.log(`  (list ${filter.label}: ${pages.matches} matches, fewer than two pages: no deepest page to time)`);
+            continue;
+          }
+          const page = (path: string) => load(target.url, target.token, 1, () => ({ method: 'GET', path }));
+          const [first, deepest] = await interleaved(page(pages.first), page(pages.deepest), caseSeconds);
+          if (first.non2xx + first.errors + deepest.non2xx + deepest.errors) throw new Error(`list ${filter.label}: ${describeOutcome(merge([first, deepest]))}`);
+          listRows.push(
+            atMost(`list ${filter.label}: deepest ÷ first page, p50`, p50(deepest), p50(first), 'ms', 1.2, `${pages.matches} matches, pages of ${PAGE}, 1 client; floor column: the first page`),
+          );
       }
       if (!labelFirstPage) throw new Error('the seed has no label=tier:gold filter');
       // what the list sends for it (src/modules/entities/service.ts listEntities), unnamed as drizzle sends it
@@ -348,39 +363,41 @@ export const httpBench: Benchmark = {
         atMost('list label=tier:gold first page p50 vs its SQL raw', p50(appLabel), p50(rawLabel), 'ms', 2, `floor: "${labelSql}" through pg from this process, one at a time`),
       );
       printRows(`Lists (Postgres, ${names.length} entities)`, listRows);
+      }
 
       // --- writes ---------------------------------------------------------------------------
-      const services = seeded.services;
-      if (services.length <= 200) throw new Error('the relationship creates need more than 200 services: raise BENCH_HTTP_ENTITIES');
-      let createdEntities = 0;
-      let createdRelationships = 0;
-      const createEntity = load(target.url, target.token, 10, () => ({
-        method: 'POST',
-        path: `${target.env}/entities`,
-        body: entityBody(`w-${String(createdEntities++).padStart(7, '0')}`),
-      }));
-      // a new (from, to) pair each call: the seed linked each service to the next and the seventh, these skip 100 and more
-      const createRelationship = load(target.url, target.token, 10, () => {
-        const n = createdRelationships++;
-        const from = n % services.length;
-        const to = (from + 100 + Math.floor(n / services.length)) % services.length;
-        return { method: 'POST', path: `${target.env}/relationships`, body: JSON.stringify({ relationshipType: 'depends-on', from: services[from], to: services[to] }) };
-      });
-      const countRows = async () =>
-        ((await pool.query('select (select count(*) from entities)::int as entities, (select count(*) from relationships)::int as relationships')).rows[0] as {
-          entities: number;
-          relationships: number;
+      if (sections.has('writes')) {
+        const services = seeded.services;
+        if (services.length <= 200) throw new Error('the relationship creates need more than 200 services: raise BENCH_HTTP_ENTITIES');
+        let createdEntities = 0;
+        let createdRelationships = 0;
+        const createEntity = load(target.url, target.token, 10, () => ({
+          method: 'POST',
+          path: `${target.env}/entities`,
+          body: entityBody(`w-${String(createdEntities++).padStart(7, '0')}`),
+        }));
+        // a new (from, to) pair each call: the seed linked each service to the next and the seventh, these skip 100 and more
+        const createRelationship = load(target.url, target.token, 10, () => {
+          const n = createdRelationships++;
+          const from = n % services.length;
+          const to = (from + 100 + Math.floor(n / services.length)) % services.length;
+          return { method: 'POST', path: `${target.env}/relationships`, body: JSON.stringify({ relationshipType: 'depends-on', from: services[from], to: services[to] }) };
         });
-      const before = await countRows();
-      const [relationshipTrial, entityTrial] = await interleaved(
-        allCreated('POST ENV/relationships', createRelationship),
-        allCreated('POST ENV/entities', createEntity),
-        caseSeconds,
-      );
-      const after = await countRows();
-      // a request cut off when a run ends may still commit, so there may be more rows than 201s, never fewer
-      if (after.relationships - before.relationships < relationshipTrial.ok || after.entities - before.entities < entityTrial.ok) {
-        throw new Error(`creates answered 201 but their rows are not there: ${JSON.stringify({ before, after, relationships: relationshipTrial.ok, entities: entityTrial.ok })}`);
+        const countRows = async () =>
+          ((await pool.query('select (select count(*) from entities)::int as entities, (select count(*) from relationships)::int as relationships')).rows[0] as {
+            entities: number;
+            relationships: number;
+          });
+        const before = await countRows();
+        const [relationshipTrial, entityTrial] = await interleaved(
+          allCreated('POST ENV/relationships', createRelationship),
+          allCreated('POST ENV/entities', createEntity),
+          caseSeconds,
+        );
+        const after = await countRows();
+        // a request cut off when a run ends may still commit, so there may be more rows than 201s, never fewer
+        if (after.relationships - before.relationships < relationshipTrial.ok || after.entities - before.entities < entityTrial.ok) {
+          throw new Error(`creates answered 201 but their rows are not there: ${JSON.stringify({ before, after, relationships: relationshipTrial.ok, entities: entityTrial.ok })}`);
       }
       printRows('Writes (Postgres)', [
         atLeast(
@@ -394,10 +411,16 @@ export const httpBench: Benchmark = {
         ),
       ]);
 
-      printRows('Sustained mixed load (Postgres)', await mixedLoad(target, seeded, settings));
-      printRows('Deliveries (Postgres)', await measureDeliveries(target));
-      printRows('Change stream cost (Postgres)', await measureStreamCost(target));
+      }
+
+      if (sections.has('load')) printRows('Sustained mixed load (Postgres)', await mixedLoad(target, seeded, settings));
+      if (sections.has('deliveries')) printRows('Deliveries (Postgres)', await measureDeliveries(target));
+      if (sections.has('stream')) printRows('Change stream cost (Postgres)', await measureStreamCost(target));
       await app.stop();
+      if (!sections.has('pglite')) {
+        finished = true;
+        return;
+      }
 
       // --- PGlite: seeded, analyzed with the server stopped, then loaded --------------------
       const dataDir = join(scratch, 'pglite');

@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, openSync, readFileSync } from 'node:fs';
+import { readdir, rename, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -75,7 +76,9 @@ const tail = (file: string) => {
  * without npm in between, so that `pid` is the server's own (its RSS is read
  * from /proc/<pid>/status). Its output goes to `logFile`. With
  * BENCH_HTTP_PROFILE=<dir> it runs under `--cpu-prof`, written to
- * <dir>/<name>.cpuprofile when it exits. Ready once `readyPath` answers 200.
+ * <dir>/<name>.cpuprofile when it exits: the main thread's profile (tsx's
+ * loader runs in a worker thread that writes one of its own, which a fixed
+ * --cpu-prof-name would let overwrite it). Ready once `readyPath` answers 200.
  */
 export async function startNode(options: {
   name: string;
@@ -87,7 +90,9 @@ export async function startNode(options: {
   graceMs?: number;
 }): Promise<Child> {
   const profileDir = process.env.BENCH_HTTP_PROFILE;
-  const profile = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${options.name}.cpuprofile`] : [];
+  // node names each thread's profile CPU.<date>.<time>.<pid>.<tid>.<seq>.cpuprofile; the main thread's tid is 0
+  const threadProfiles = profileDir ? join(profileDir, `${options.name}.threads`) : undefined;
+  const profile = threadProfiles ? ['--cpu-prof', `--cpu-prof-dir=${threadProfiles}`] : [];
   const log = openSync(options.logFile, 'a');
   // only what node and tsx need from this environment: a DATABASE_URL or PORT of the caller's shell must not leak in
   const inherited = Object.fromEntries(['PATH', 'HOME', 'TMPDIR'].flatMap((key) => (process.env[key] ? [[key, process.env[key]!]] : [])));
@@ -98,7 +103,12 @@ export async function startNode(options: {
   });
   closeSync(log);
   running.add(child);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve())).then(async () => {
+    if (!threadProfiles || !profileDir) return;
+    const main = (await readdir(threadProfiles).catch(() => [])).find((file) => file.endsWith(`.${child.pid}.0.001.cpuprofile`));
+    if (main) await rename(join(threadProfiles, main), join(profileDir, `${options.name}.cpuprofile`));
+    await rm(threadProfiles, { recursive: true, force: true });
+  });
   child.once('exit', () => running.delete(child));
   const url = `http://127.0.0.1:${options.port}`;
 

@@ -30,6 +30,16 @@ export function perHandle<T>(build: (db: Queryable, shape: PathShape, name: stri
   };
 }
 
+/** One prepared statement per database handle, whatever the path's shape (it names no tenancy), named `name` where allowed. */
+export function oncePerHandle<T>(build: (db: Queryable, name: string) => T, name: string) {
+  const built = new WeakMap<Queryable, T>();
+  return (ctx: ServiceContext): T => {
+    let statement = built.get(ctx.db);
+    if (!statement) built.set(ctx.db, (statement = build(ctx.db, ctx.namedStatements ? name : '')));
+    return statement;
+  };
+}
+
 /**
  * Catalog type definitions (entity or relationship types) as a create last
  * validated against them, per process, keyed by the path's organization and

@@ -5,7 +5,7 @@ import { verifyCallbackToken, type CallbackClaims } from '../../auth/callback-to
 import type { Caller, ServiceContext } from '../../context';
 import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable } from '../../db/client';
-import { actionRuns, deliveryJobs, entities, environments, orgs, projects, runAttempts } from '../../db/schema';
+import { actionRuns, entities, environments, orgs, projects, runAttempts } from '../../db/schema';
 import { ApiError, notFound } from '../../http/errors';
 import { optionalTimestamp, timestamp } from '../../http/openapi';
 import { decodeCursor, splitPage } from '../../http/pagination';
@@ -18,6 +18,7 @@ import { callerCellScope } from '../cells/membership';
 import { entityForWrite } from '../entities/service';
 import { isUuid } from '../names';
 import { validateProperties, type PropertyDefinition } from '../properties';
+import { insertRunWithJob, readTriggerPlainly, type TriggerRead } from './fast-path';
 import { runPorts } from './run-ports';
 import type { ActionRun, ActionRunListRow, CallbackRequest, RunListQuery, TriggerRequest } from './schemas';
 
@@ -134,6 +135,21 @@ async function bothOrFirstError<A, B>(first: Promise<A>, second: Promise<B>): Pr
   return [a.value, b.value];
 }
 
+/**
+ * What a trigger reads, the usual way: access to the environment (401, 403,
+ * 404 as everywhere), the caller's cells, then the entity (404, or outside
+ * the caller's cells) and the action (404), read at once.
+ */
+async function readTrigger(ctx: ServiceContext, ref: EnvRef, entityName: string, actionName: string): Promise<TriggerRead> {
+  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
+  const scope = await callerCellScope(ctx, project.id);
+  const [entity, action] = await bothOrFirstError(
+    entityForWrite(ctx.db, env.id, entityName, scope, { lock: false }),
+    getActionRow(ctx.db, project.id, actionName),
+  );
+  return { tenancy: { orgId: project.orgId, projectId: project.id, envId: env.id }, entity, action };
+}
+
 export interface TriggerOptions {
   idempotencyKey?: string;
 }
@@ -153,18 +169,14 @@ export async function triggerAction(
   input: TriggerRequest,
   options: TriggerOptions,
 ): Promise<{ run: ActionRun; replayed: boolean }> {
-  const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
-  const scope = await callerCellScope(ctx, project.id);
-  const [entity, action] = await bothOrFirstError(
-    entityForWrite(ctx.db, env.id, entityName, scope, { lock: false }),
-    getActionRow(ctx.db, project.id, actionName),
-  );
+  const { tenancy, entity, action } = (await readTriggerPlainly(ctx, ref, entityName, actionName)) ?? (await readTrigger(ctx, ref, entityName, actionName));
   if (action.entityTypeName !== entity.entityTypeName) {
     throw notFound(`action "${actionName}" for entities of type "${entity.entityTypeName}"`);
   }
-  const requestFingerprint = await fingerprint({ action: action.id, entity: entity.id, input });
+  // what an Idempotency-Key stands for; without one there is nothing to compare
+  const requestFingerprint = options.idempotencyKey === undefined ? null : await fingerprint({ action: action.id, entity: entity.id, input });
   if (options.idempotencyKey !== undefined) {
-    const earlier = await replayOf(ctx.db, env.id, options.idempotencyKey, requestFingerprint);
+    const earlier = await replayOf(ctx.db, tenancy.envId, options.idempotencyKey, requestFingerprint!);
     if (earlier) return { run: await withAttempts(ctx.db, earlier), replayed: true };
   }
   const trigger = action.trigger as TriggerDefinition;
@@ -183,53 +195,41 @@ export async function triggerAction(
 
   const runId = crypto.randomUUID();
   const now = ctx.clock.now();
-  const run = {
-    id: runId,
-    orgId: project.orgId,
-    projectId: project.id,
-    envId: env.id,
-    callbackBaseUrl: callbackBase(ctx),
-  };
+  const run = { id: runId, ...tenancy, callbackBaseUrl: callbackBase(ctx) };
   const entitySnapshot = { id: entity.id, name: entity.name, properties: entity.properties as Record<string, unknown> };
   const kindColumns = await dryRunTrigger(kind, { db: ctx.db, config: ctx.config, ports: runPorts }, trigger, { ...run, parameters, entitySnapshot });
 
   let row: RunRow;
   try {
     // the run and its delivery job in one statement: both commit, or neither (the outbox)
-    const inserted = ctx.db.$with('inserted').as(
-      ctx.db
-        .insert(actionRuns)
-        .values({
-          ...run,
-          ...kindColumns,
-          actionId: action.id,
-          actionName: action.name,
-          entityId: entity.id,
-          operationEntityName: entity.name,
-          status: 'pending',
-          parameters,
-          recommendations: input.recommendations ?? {},
-          triggeredBy: triggeredBy(ctx.caller),
-          trigger,
-          entitySnapshot,
-          onSuccess: action.onSuccess,
-          onFailure: action.onFailure,
-          idempotencyKey: options.idempotencyKey ?? null,
-          requestFingerprint: options.idempotencyKey === undefined ? null : requestFingerprint,
-          timeoutMinutes: action.timeoutMinutes,
-          timeoutAt: new Date(now.getTime() + action.timeoutMinutes * 60_000),
-          createdAt: now,
-        })
-        .returning(),
-    );
-    const queued = ctx.db.$with('queued').as(
-      ctx.db.insert(deliveryJobs).values({ runId, envId: env.id, attempt: 1, runAt: now, createdAt: now }).returning({ runId: deliveryJobs.runId }),
-    );
-    [row] = (await ctx.db.with(inserted, queued).select().from(inserted)) as [RunRow];
+    row = await insertRunWithJob(ctx, {
+      ...run,
+      repo: kindColumns.repo ?? null,
+      prNumber: kindColumns.prNumber ?? null,
+      prUrl: kindColumns.prUrl ?? null,
+      headSha: kindColumns.headSha ?? null,
+      actionId: action.id,
+      actionName: action.name,
+      entityId: entity.id,
+      operationEntityName: entity.name,
+      status: 'pending',
+      parameters,
+      recommendations: input.recommendations ?? {},
+      triggeredBy: triggeredBy(ctx.caller),
+      trigger,
+      entitySnapshot,
+      onSuccess: action.onSuccess,
+      onFailure: action.onFailure,
+      idempotencyKey: options.idempotencyKey ?? null,
+      requestFingerprint,
+      timeoutMinutes: action.timeoutMinutes,
+      timeoutAt: new Date(now.getTime() + action.timeoutMinutes * 60_000),
+      createdAt: now,
+    });
   } catch (error) {
     // the same key, sent twice at once: the second finds the first's run
     if (options.idempotencyKey !== undefined && violatedUniqueConstraint(error) !== undefined) {
-      const earlier = await replayOf(ctx.db, env.id, options.idempotencyKey, requestFingerprint);
+      const earlier = await replayOf(ctx.db, tenancy.envId, options.idempotencyKey, requestFingerprint!);
       if (earlier) return { run: await withAttempts(ctx.db, earlier), replayed: true };
     }
     throw error;

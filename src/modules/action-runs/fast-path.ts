@@ -1,0 +1,112 @@
+import { and, eq, sql, type SQL } from 'drizzle-orm';
+import { plainAccessColumns, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
+import type { ServiceContext } from '../../context';
+import type { Queryable } from '../../db/client';
+import { actionRuns, actions, deliveryJobs, entities } from '../../db/schema';
+import type { RunRow } from '../../runs/transitions';
+import { oncePerHandle, perHandle } from '../one-statement';
+
+/**
+ * The trigger's round trips (POST ENV/entities/{name}/actions/{action}), as
+ * the entity fast paths do it (src/modules/entities/fast-paths.ts): what
+ * the trigger reads, the token and tenancy check folded in, in one
+ * statement; and the run with its delivery job in another, built once.
+ * A read that matches nothing (any answer but a plain success: an unknown
+ * or scoped token, another tenant, a missing entity or action) sends the
+ * request down the usual path, which gives the answer as before.
+ */
+
+const plainTriggerRead = perHandle((db, shape, name) => {
+  const caller = plainEnvironmentAccess(db, shape, 'data:write').as('caller');
+  return db
+    .select({ caller: plainAccessColumns(caller), entity: entities, action: actions })
+    .from(caller)
+    .innerJoin(entities, and(eq(entities.envId, caller.envId), eq(entities.name, sql.placeholder('entity'))))
+    .innerJoin(actions, and(eq(actions.projectId, caller.projectId), eq(actions.name, sql.placeholder('action'))))
+    .limit(1)
+    .prepare(name);
+}, 'cellplane_trigger_read');
+
+export type TriggerRead = {
+  tenancy: { orgId: string; projectId: string; envId: string };
+  entity: typeof entities.$inferSelect;
+  action: typeof actions.$inferSelect;
+};
+
+/**
+ * The tenancy, entity and action of a trigger by a caller without cell
+ * scopes, holding data:write here, when both exist: the caller settled.
+ * Undefined for anything else.
+ */
+export async function readTriggerPlainly(ctx: ServiceContext, ref: EnvRef, entityName: string, actionName: string): Promise<TriggerRead | undefined> {
+  const state = ctx.callerState;
+  if (state.resolved || state.tokenHash === undefined) return undefined; // bootstrap mode or a user: no token to fold in
+  const now = ctx.clock.now();
+  const [row] = await plainTriggerRead(ctx, ref).execute({
+    tokenHash: state.tokenHash!,
+    org: ref.org,
+    project: ref.project,
+    env: ref.env,
+    entity: entityName,
+    action: actionName,
+    now: now.toISOString(),
+  });
+  if (!row) return undefined;
+  settlePlainCaller(state, row.caller, ref, now);
+  const { orgId, projectId, envId } = row.caller;
+  return { tenancy: { orgId, projectId, envId }, entity: row.entity, action: row.action };
+}
+
+type RunInsert = typeof actionRuns.$inferInsert;
+/** Every column the trigger writes, by name: each a placeholder of the prepared insert. */
+const RUN_COLUMNS = [
+  'id',
+  'orgId',
+  'projectId',
+  'envId',
+  'callbackBaseUrl',
+  'actionId',
+  'actionName',
+  'entityId',
+  'operationEntityName',
+  'status',
+  'parameters',
+  'recommendations',
+  'triggeredBy',
+  'trigger',
+  'entitySnapshot',
+  'onSuccess',
+  'onFailure',
+  'idempotencyKey',
+  'requestFingerprint',
+  'timeoutMinutes',
+  'timeoutAt',
+  'createdAt',
+  'repo',
+  'prNumber',
+  'prUrl',
+  'headSha',
+] as const satisfies readonly (keyof RunInsert)[];
+
+export type NewRun = { [K in (typeof RUN_COLUMNS)[number]]-?: Exclude<RunInsert[K], undefined | SQL> };
+
+const runInsert = oncePerHandle((db: Queryable, name) => {
+  const values = Object.fromEntries(RUN_COLUMNS.map((column) => [column, sql.placeholder(column)])) as unknown as RunInsert;
+  const inserted = db.$with('inserted').as(db.insert(actionRuns).values(values).returning());
+  const queued = db.$with('queued').as(
+    db
+      .insert(deliveryJobs)
+      .values({ runId: sql.placeholder('id'), envId: sql.placeholder('envId'), attempt: 1, runAt: sql.placeholder('createdAt'), createdAt: sql.placeholder('createdAt') } as unknown as typeof deliveryJobs.$inferInsert)
+      .returning({ runId: deliveryJobs.runId }),
+  );
+  return db.with(inserted, queued).select().from(inserted).prepare(name);
+}, 'cellplane_trigger_insert');
+
+/**
+ * The run and its first delivery job in one statement: both commit, or
+ * neither (the outbox). Built once per database handle.
+ */
+export async function insertRunWithJob(ctx: ServiceContext, run: NewRun): Promise<RunRow> {
+  const [row] = (await runInsert(ctx).execute(run)) as RunRow[];
+  return row!;
+}

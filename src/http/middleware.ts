@@ -1,4 +1,4 @@
-import type { MiddlewareHandler } from 'hono';
+import type { Context, MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { AppEnv, ServiceContext } from '../context';
 import type { Db } from '../db/client';
@@ -20,17 +20,34 @@ export const MAX_BODY_BYTES = 1024 * 1024;
  * a dead connection.
  */
 export const limitBody = (): MiddlewareHandler<AppEnv> => {
-  const limit = bodyLimit({
-    maxSize: MAX_BODY_BYTES,
-    onError: (c) => {
-      c.header('Connection', 'close');
-      throw new ApiError('payload_too_large', `request body exceeds ${MAX_BODY_BYTES} bytes (1 MiB)`);
-    },
-  });
-  // a GET or HEAD has no body in a fetch Request; asking for one would make
-  // the Node adapter build a full Request (and an AbortSignal) per read
-  return (c, next) => (c.req.method === 'GET' || c.req.method === 'HEAD' ? next() : limit(c, next));
+  const tooLarge = (c: Context<AppEnv>): never => {
+    c.header('Connection', 'close');
+    throw new ApiError('payload_too_large', `request body exceeds ${MAX_BODY_BYTES} bytes (1 MiB)`);
+  };
+  const limit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: tooLarge });
+  return (c, next) => {
+    // a GET or HEAD has no body in a fetch Request
+    if (c.req.method === 'GET' || c.req.method === 'HEAD') return next();
+    // a declared length is judged as hono's bodyLimit judges it, but without
+    // asking for the body: on Node that would build a full fetch Request (a
+    // web stream over the socket and an AbortSignal) and leave the adapter's
+    // direct read of the body unusable
+    const length = declaredLength(c);
+    if (length === undefined) return limit(c, next);
+    return length > MAX_BODY_BYTES ? tooLarge(c) : next();
+  };
 };
+
+/**
+ * The body's length as a request that is not chunked declares it
+ * (Content-Length, which the HTTP parser holds the body to), or undefined
+ * when the body's length is known only by reading it.
+ */
+function declaredLength(c: Context<AppEnv>): number | undefined {
+  const length = c.req.header('content-length');
+  if (length === undefined || c.req.header('transfer-encoding') !== undefined || !/^\d{1,15}$/.test(length)) return undefined;
+  return Number(length);
+}
 
 const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
 
@@ -46,9 +63,9 @@ const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
  * body is `{}`, a required one is 400 validation_failed).
  */
 export const parseJsonBody = (): MiddlewareHandler<AppEnv> => async (c, next) => {
-  if (c.req.method === 'GET' || c.req.method === 'HEAD' || c.req.method === 'OPTIONS' || !c.req.raw.body) {
-    return next();
-  }
+  if (c.req.method === 'GET' || c.req.method === 'HEAD' || c.req.method === 'OPTIONS') return next();
+  // a declared length says there is a body (a zero-byte one is read, and replaced below) without building one
+  if (declaredLength(c) === undefined && !c.req.raw.body) return next();
   const text = await c.req.text();
   if (text.length === 0) {
     c.req.raw = withoutBody(c.req.raw);

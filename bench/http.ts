@@ -43,7 +43,8 @@ import {
 } from './http/server';
 import { atLeast, atMost, type HttpTarget, type Row } from './http/target';
 
-const DATABASE_NAME = 'cellplane_bench_http';
+/** Of this run alone: two runs at once (a second terminal, a helper) must not drop each other's database. */
+const DATABASE_NAME = `cellplane_bench_http_${process.pid}`;
 const PAGE = 100;
 /** The list's largest page (DECISIONS §3): the walk to the deepest page goes in these. */
 const WALK = 1000;

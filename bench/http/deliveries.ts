@@ -25,6 +25,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { positiveInteger } from '../harness';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
@@ -128,6 +129,16 @@ async function allArrived(receiver: Receiver, ids: string[]): Promise<void> {
   }
 }
 
+/** utime + stime of `pid` in ms (clock ticks of 10 ms). */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** The monotonic clock V8's CPU profiles are stamped with, in µs: a profile can be cut to a window with it. */
+const monotonicMicros = () => Number(process.hrtime.bigint() / 1000n);
+
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
 const summary = (samples: number[]) => {
   const sorted = [...samples].sort((a, b) => a - b);
@@ -210,8 +221,12 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
     );
     const queued = performance.now();
     const heldOrDelivered = ids.filter((id) => receiver.deliveries.has(id)).length;
+    const drainCpuStart = cpuMs(target.pid);
+    const drainFrom = monotonicMicros();
     receiver.release();
     await allArrived(receiver, ids);
+    const drainTo = monotonicMicros();
+    const drainCpu = cpuMs(target.pid) - drainCpuStart;
     const runs = ids.length;
     const backlog = runs - heldOrDelivered;
     if (backlog === 0) throw new Error('deliveries: no run was left queued behind the held attempts');
@@ -245,7 +260,8 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
         0.5,
         `${runs} runs (of at most ${maxRuns}) triggered ${IN_FLIGHT} at a time in ${((queued - triggering) / 1000).toFixed(1)} s (${triggered.toFixed(0)}/s) ` +
           `while the receiver held the runner's first ${heldOrDelivered} attempts; timed: the ${backlog} queued behind them, from answering those until the last arrived; ` +
-          `every run delivered, ${duplicates} twice or more; floor: ${backlog} bare fetches, ${IN_FLIGHT} in flight`,
+          `every run delivered, ${duplicates} twice or more; floor: ${backlog} bare fetches, ${IN_FLIGHT} in flight; ` +
+          `the server's CPU over the drain: ${((drainCpu / backlog) * 1000).toFixed(0)} µs per delivery (monotonic µs ${drainFrom}–${drainTo}, to cut a profile to it)`,
       ),
     ];
   } finally {

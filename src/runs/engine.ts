@@ -51,7 +51,12 @@ export interface RunEngine {
   clock: Clock;
   /** [0, 1): the retry schedule's jitter. */
   random: () => number;
-  fetch: typeof fetch;
+  /**
+   * A webhook attempt's outbound call. Only the answer's status and headers
+   * are read: a host may answer with a Response whose body it has already
+   * read and dropped (the Node host does, src/node/outbound-fetch.ts).
+   */
+  fetch: (url: string, init: RequestInit) => Promise<Response>;
   /** Node resolves names before the outbound guard judges them; the Worker's fetch cannot reach private addresses. */
   resolveHost?: ResolveHost;
   /** config.deliveryAttemptTimeoutMs (DECISIONS §4: 10 s). */

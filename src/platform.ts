@@ -2,6 +2,7 @@ import type { Context } from 'hono';
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
+import type { LeasedJob } from './runs/delivery';
 import type { SubscriptionRequest } from './stream/hub';
 
 /**
@@ -39,6 +40,23 @@ export interface BootstrapMemo {
  */
 export interface DeliveryScheduler {
   schedule(job: { runId: string; attempt: number; runAt: Date }): Promise<void>;
+  /**
+   * A host whose worker runs in this process (Node) may hand a trigger one of
+   * its free slots: the trigger writes its job already leased until
+   * `leaseUntil`, in the same statement as the run, and gives the written run
+   * to `start`, so the first attempt needs no claim. `release` when nothing
+   * was written. Undefined: no free slot, or no worker here (the Worker's
+   * queue); the job is then written unleased and `schedule`d. A process that
+   * dies holding such a lease loses nothing: the job is taken up again when
+   * the lease runs out, as after any claim.
+   */
+  reserve?(): DeliverySlot | undefined;
+}
+
+export interface DeliverySlot {
+  leaseUntil: Date;
+  start(leased: LeasedJob): void;
+  release(): void;
 }
 
 /**

@@ -188,7 +188,7 @@ export function platformWithJobRunner(
   const hub = new ChangeHub({ withDb: (work) => work(options.db), clock: engine.clock, logger: options.logger }, options.hub);
   const platform = platformOnSharedDatabase({
     ...options,
-    deliveries: { schedule: async () => jobs.nudge() },
+    deliveries: { schedule: async () => jobs.nudge(), reserve: () => jobs.reserve() },
     changes: {
       publish: (envId) => hub.publish(envId),
       // on a real socket (the server), frames go straight to it; in-process requests (app.request) get a web stream

@@ -211,7 +211,7 @@ export async function runDeliveryAttempt(engine: RunEngine, { job, run }: Leased
  * is made again, under the same webhook-id: the receiver may have seen the
  * aborted request (at least once).
  */
-async function abandon(engine: RunEngine, job: DeliveryJob): Promise<AttemptResult> {
+export async function abandon(engine: RunEngine, job: DeliveryJob): Promise<AttemptResult> {
   await engine.db
     .update(deliveryJobs)
     .set({ leaseUntil: null })

@@ -2,7 +2,7 @@ import { createHmac } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deliveryJobs } from '../../src/db/schema';
+import { actionRuns, deliveryJobs } from '../../src/db/schema';
 import { claimDueJobs, runDeliveryAttempt, type AttemptResult } from '../../src/runs/delivery';
 import { createTenant, expectError, mintToken, uniqueSlug } from '../support/fixtures';
 import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../support/node-app';
@@ -433,6 +433,79 @@ describe('outbound delivery', () => {
       // no conditions, so no metrics read
       expect(counts).toEqual({ statements: 2, transactions: 0 });
       expect(await jobOf(triggered!.body.id)).toMatchObject([{ runId: triggered!.body.id, attempt: 1, leaseUntil: null }]);
+    });
+
+    it('a trigger hands its job to a free slot of the running runner: leased as it is written, sent without a claim', async () => {
+      // a runner that polls only when woken: between its first poll and the attempt's end, any claim would be the trigger's
+      const quiet = await createHarness({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1' }, runner: { pollIntervalMs: 600_000 } });
+      try {
+        const receiver = await quiet.receiver({ hold: true });
+        const action = await quiet.action({ url: `${receiver.url}/hook` });
+        const entity = uniqueSlug('vm');
+        const created = await quiet.api.call('POST', `${quiet.env}/entities`, { token: quiet.owner, body: { kind: 'Entity', entityType: 'vm', name: entity } });
+        expect(created.status).toBe(201);
+        quiet.api.jobs.start();
+        // the first poll, at start, finds nothing due
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        let run!: { id: string };
+        const counts = await countStatements(quiet.api.testDatabase.database, async () => {
+          const triggered = await quiet.api.call('POST', `${quiet.env}/entities/${entity}/actions/${action}`, { token: quiet.owner, body: {} });
+          expect(triggered.status).toBe(202);
+          run = triggered.body;
+          await receiver.waitForHeld(1);
+        });
+        // the trigger's two statements, and no claim before the request went out
+        expect(counts).toEqual({ statements: 2, transactions: 0 });
+        const [job] = await quiet.api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
+        expect(job!.leaseUntil).not.toBeNull();
+        receiver.release();
+        await eventually(async () => ((await quiet.run(run.id)).status === 'running' ? true : undefined));
+        await quiet.api.jobs.stop();
+        expect(receiver.requests).toHaveLength(1);
+        expect(await quiet.run(run.id)).toMatchObject({ status: 'running', attempts: [{ attempt: 1, httpStatus: 200, outcome: 'delivered' }] });
+      } finally {
+        await quiet.api.jobs.stop();
+        await quiet.close();
+      }
+    });
+
+    it('a trigger finds no free slot while every one is taken: its job is written unleased, and the poll takes it', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const action = await h.action({ url: `${receiver.url}/hook` });
+      await h.api.jobs.drain();
+      h.api.jobs.start();
+      const slots = Array.from({ length: 8 }, () => h.api.jobs.reserve()!);
+      try {
+        expect(slots.every(Boolean)).toBe(true);
+        expect(h.api.jobs.reserve()).toBeUndefined();
+        const run = await h.trigger(action);
+        expect(await jobOf(run.id)).toMatchObject([{ attempt: 1, leaseUntil: null }]);
+        // a slot handed back wakes the runner, which claims the job
+        slots.pop()!.release();
+        await eventually(async () => ((await h.run(run.id)).status === 'running' ? true : undefined));
+      } finally {
+        for (const slot of slots) slot.release();
+        await h.api.jobs.stop();
+      }
+      expect(receiver.requests).toHaveLength(1);
+    });
+
+    it('a slot started after the runner stopped hands its lease back: the next worker makes the attempt at once', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const action = await h.action({ url: `${receiver.url}/hook` });
+      await h.api.jobs.drain();
+      h.api.jobs.start();
+      const slot = h.api.jobs.reserve()!;
+      await h.api.jobs.stop();
+      // as a trigger would have written it, leased to the slot
+      const run = await h.trigger(action);
+      await h.api.db.update(deliveryJobs).set({ leaseUntil: slot.leaseUntil }).where(eq(deliveryJobs.runId, run.id));
+      const [job] = await jobOf(run.id);
+      slot.start({ job: job!, run: (await h.api.db.select().from(actionRuns).where(eq(actionRuns.id, run.id)))[0]! });
+      await eventually(async () => ((await jobOf(run.id))[0]?.leaseUntil === null ? true : undefined));
+      expect(receiver.requests).toHaveLength(0);
+      await h.api.jobs.drain();
+      expect(receiver.requests).toHaveLength(1);
     });
 
     it('only a trigger that names secrets reads them: one statement more', async () => {

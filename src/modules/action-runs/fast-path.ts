@@ -3,6 +3,7 @@ import { plainAccessColumns, plainEnvironmentAccess, settlePlainCaller, type Env
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { actionRuns, actions, deliveryJobs, entities } from '../../db/schema';
+import type { DeliveryJob } from '../../runs/delivery';
 import type { RunRow } from '../../runs/transitions';
 import { oncePerHandle, perHandle } from '../one-statement';
 
@@ -96,7 +97,15 @@ const runInsert = oncePerHandle((db: Queryable, name) => {
   const queued = db.$with('queued').as(
     db
       .insert(deliveryJobs)
-      .values({ runId: sql.placeholder('id'), envId: sql.placeholder('envId'), attempt: 1, runAt: sql.placeholder('createdAt'), createdAt: sql.placeholder('createdAt') } as unknown as typeof deliveryJobs.$inferInsert)
+      .values({
+        runId: sql.placeholder('id'),
+        envId: sql.placeholder('envId'),
+        attempt: 1,
+        runAt: sql.placeholder('createdAt'),
+        // null, or a slot of this host's runner (DeliveryScheduler.reserve): as text, since a timestamp column's encoder takes no null
+        leaseUntil: sql`${sql.placeholder('leaseUntil')}::timestamptz`,
+        createdAt: sql.placeholder('createdAt'),
+      } as unknown as typeof deliveryJobs.$inferInsert)
       .returning({ runId: deliveryJobs.runId }),
   );
   return db.with(inserted, queued).select().from(inserted).prepare(name);
@@ -104,9 +113,11 @@ const runInsert = oncePerHandle((db: Queryable, name) => {
 
 /**
  * The run and its first delivery job in one statement: both commit, or
- * neither (the outbox). Built once per database handle.
+ * neither (the outbox). The job is leased until `leaseUntil` when a runner's
+ * slot takes it at once, else held by nobody. Built once per database handle.
  */
-export async function insertRunWithJob(ctx: ServiceContext, run: NewRun): Promise<RunRow> {
-  const [row] = (await runInsert(ctx).execute(run)) as RunRow[];
-  return row!;
+export async function insertRunWithJob(ctx: ServiceContext, run: NewRun, leaseUntil: Date | null): Promise<{ run: RunRow; job: DeliveryJob }> {
+  const [row] = (await runInsert(ctx).execute({ ...run, leaseUntil: leaseUntil?.toISOString() ?? null })) as RunRow[];
+  const job = { runId: run.id, envId: run.envId, attempt: 1, runAt: run.createdAt, leaseUntil, dispatchedAt: null, createdAt: run.createdAt };
+  return { run: row!, job };
 }

@@ -200,9 +200,11 @@ export async function triggerAction(
   const kindColumns = await dryRunTrigger(kind, { db: ctx.db, config: ctx.config, ports: runPorts }, trigger, { ...run, parameters, entitySnapshot });
 
   let row: RunRow;
+  // a free slot of this host's job runner takes the job as it is written, leased to it: no claim before the first attempt
+  const slot = ctx.deliveries.reserve?.();
   try {
     // the run and its delivery job in one statement: both commit, or neither (the outbox)
-    row = await insertRunWithJob(ctx, {
+    const written = await insertRunWithJob(ctx, {
       ...run,
       repo: kindColumns.repo ?? null,
       prNumber: kindColumns.prNumber ?? null,
@@ -225,8 +227,11 @@ export async function triggerAction(
       timeoutMinutes: action.timeoutMinutes,
       timeoutAt: new Date(now.getTime() + action.timeoutMinutes * 60_000),
       createdAt: now,
-    });
+    }, slot?.leaseUntil ?? null);
+    row = written.run;
+    slot?.start(written);
   } catch (error) {
+    slot?.release();
     // the same key, sent twice at once: the second finds the first's run
     if (options.idempotencyKey !== undefined && violatedUniqueConstraint(error) !== undefined) {
       const earlier = await replayOf(ctx.db, tenancy.envId, options.idempotencyKey, requestFingerprint!);
@@ -234,6 +239,7 @@ export async function triggerAction(
     }
     throw error;
   }
+  if (slot) return { run: { ...runFields(row), attempts: [] }, replayed: false };
   try {
     await ctx.deliveries.schedule({ runId, attempt: 1, runAt: now });
   } catch (error) {

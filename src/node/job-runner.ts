@@ -26,7 +26,10 @@ export const DEFAULT_JOB_RUNNER_OPTIONS: JobRunnerOptions = { pollIntervalMs: 10
 export class JobRunner {
   readonly #engine: RunEngine;
   readonly #options: JobRunnerOptions;
+  /** Attempts whose requests are out: one a slot. */
   readonly #inFlight = new Set<Promise<void>>();
+  /** Attempts answered whose outcomes are being written; they hold no slot. */
+  readonly #recording = new Set<Promise<void>>();
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   #pollTimer: ReturnType<typeof setInterval> | undefined;
   #reapTimer: ReturnType<typeof setInterval> | undefined;
@@ -118,9 +121,9 @@ export class JobRunner {
       const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
       const jobs = free > 0 ? await claimDueJobs(this.#engine, free) : [];
       for (const job of jobs) this.#track(job);
-      if (this.#inFlight.size === 0) return;
-      // an attempt settled: its slot is free, and the retry it scheduled may be due
-      await Promise.race([...this.#inFlight]);
+      if (this.#inFlight.size === 0 && this.#recording.size === 0) return;
+      // an attempt was answered (its slot is free) or recorded (the retry it scheduled may be due)
+      await Promise.race([...this.#inFlight, ...this.#recording]);
     }
   }
 
@@ -139,7 +142,7 @@ export class JobRunner {
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     await this.#polling;
-    const settled = Promise.all([...this.#inFlight]).then(() => true);
+    const settled = Promise.all([...this.#inFlight, ...this.#recording]).then(() => true);
     if (!Number.isFinite(graceMs)) {
       await settled;
       return 0;
@@ -151,7 +154,7 @@ export class JobRunner {
     if (inTime) return 0;
     const aborted = this.#inFlight.size;
     this.#abort.abort();
-    await Promise.all([...this.#inFlight]);
+    await Promise.all([...this.#inFlight, ...this.#recording]);
     return aborted;
   }
 
@@ -191,9 +194,16 @@ export class JobRunner {
     }
   }
 
+  /**
+   * Runs a leased job's attempt in a slot. The slot is free again once the
+   * request is answered: the next attempt's claim and request go out while
+   * this one's outcome is written (stop and drain wait for both).
+   */
   #track(leased: LeasedJob): void {
     const { job } = leased;
-    const attempt = runDeliveryAttempt(this.#engine, leased, { signal: this.#abort.signal }).then(
+    let answered!: () => void;
+    const sent = new Promise<void>((resolve) => (answered = resolve));
+    const attempt = runDeliveryAttempt(this.#engine, leased, { signal: this.#abort.signal, onSent: answered }).then(
       (result) => {
         if (result.kind === 'retry') this.#wakeAt(result.runAt);
       },
@@ -202,7 +212,9 @@ export class JobRunner {
         this.#engine.logger.error('delivery attempt failed to run', { runId: job.runId, attempt: job.attempt, error });
       },
     );
-    const tracked = attempt.finally(() => {
+    const recorded = attempt.finally(() => this.#recording.delete(recorded));
+    this.#recording.add(recorded);
+    const tracked = Promise.race([sent, attempt]).finally(() => {
       this.#inFlight.delete(tracked);
       // a slot is free: there may be more due jobs than slots
       this.nudge();

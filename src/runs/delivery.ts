@@ -56,6 +56,12 @@ export interface AttemptOptions {
    * mid-attempt.
    */
   signal?: AbortSignal;
+  /**
+   * Called once the request has been answered (or has failed) and only its
+   * outcome is left to record: the caller's slot for outbound requests may
+   * serve the next attempt while this one is written.
+   */
+  onSent?: () => void;
 }
 
 /** A leased job, and its run as the claim read it (null: the run is gone). */
@@ -172,6 +178,7 @@ export async function runDeliveryAttempt(engine: RunEngine, { job, run }: Leased
   try {
     const kind = deliverableKind(trigger.type);
     const sent = await kind.send(attemptOf(engine, run, job, options, concealed));
+    options.onSent?.();
     attempted = { sent, verdict: kind.classify(sent, trigger), policy: kind.retryPolicy(trigger) };
   } catch (error) {
     if (error instanceof Undeliverable) {

@@ -469,6 +469,23 @@ describe('outbound delivery', () => {
       }
     });
 
+    it('tells the runner its slot is free once the request is answered, before the outcome is written', async () => {
+      const receiver = await h.receiver({ status: 200 });
+      const action = await h.action({ url: `${receiver.url}/hook` });
+      await h.api.jobs.drain();
+      const run = await h.trigger(action);
+      // when the slot is handed back: the requests the receiver has, and the statements issued (the claim alone)
+      const atSent: { requests: number; statements: number }[] = [];
+      const counts = await countStatements(h.api.testDatabase.database, async (sofar) => {
+        const [leased] = await claimDueJobs(h.api.engine, 8);
+        const result = await runDeliveryAttempt(h.api.engine, leased!, { onSent: () => atSent.push({ requests: receiver.requests.length, statements: sofar.statements }) });
+        expect(result).toEqual({ kind: 'delivered' });
+      });
+      expect(atSent).toEqual([{ requests: 1, statements: 1 }]);
+      expect(counts.statements).toBe(2);
+      expect(await h.run(run.id)).toMatchObject({ status: 'running', attempts: [{ attempt: 1, outcome: 'delivered' }] });
+    });
+
     it('a trigger finds no free slot while every one is taken: its job is written unleased, and the poll takes it', async () => {
       const receiver = await h.receiver({ status: 200 });
       const action = await h.action({ url: `${receiver.url}/hook` });

@@ -6,11 +6,12 @@ type Method = (...args: unknown[]) => unknown;
  * How many statements outside a transaction the driver receives while `run`
  * executes, and how many transactions it opens: enough to tell a request
  * answered in one statement from one that went the transactional way.
+ * `run` is given the counts as they grow, to read them midway.
  * (bench/harness.ts records the statements themselves, for the benchmarks.)
  */
 export async function countStatements(
   database: NodeDatabase,
-  run: () => Promise<unknown>,
+  run: (sofar: Readonly<{ statements: number; transactions: number }>) => Promise<unknown>,
 ): Promise<{ statements: number; transactions: number }> {
   const counts = { statements: 0, transactions: 0 };
   const counting = (original: Method, key: keyof typeof counts): Method =>
@@ -26,7 +27,7 @@ export async function countStatements(
     pglite.exec = counting(originals.exec, 'statements');
     pglite.transaction = counting(originals.transaction, 'transactions');
     try {
-      await run();
+      await run(counts);
     } finally {
       Object.assign(pglite, originals);
     }
@@ -42,7 +43,7 @@ export async function countStatements(
     return originals.connect.apply(this, args);
   };
   try {
-    await run();
+    await run(counts);
   } finally {
     Object.assign(pool, originals);
   }

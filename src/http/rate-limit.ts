@@ -52,7 +52,23 @@ function fnv1a(text: string): number {
  * cannot tell (no socket: an in-process request; no CF-Connecting-IP).
  */
 export function addressPartition(address: string | undefined): string {
-  if (!address || !ipaddr.isValid(address)) return 'unknown';
+  if (!address) return 'unknown';
+  let partition = partitions.get(address);
+  if (partition === undefined) {
+    partition = partitionOf(address);
+    // bounded: a client rotating addresses empties it now and then, and pays what it did before
+    if (partitions.size >= PARTITIONS_KEPT) partitions.clear();
+    partitions.set(address, partition);
+  }
+  return partition;
+}
+
+/** The partitions of the addresses seen lately: parsing one (ipaddr.js) costs more than the rest of the limiter's bookkeeping. */
+const partitions = new Map<string, string>();
+const PARTITIONS_KEPT = 4096;
+
+function partitionOf(address: string): string {
+  if (!ipaddr.isValid(address)) return 'unknown';
   let parsed = ipaddr.parse(address);
   if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address();
   if (parsed.kind() === 'ipv4') return parsed.toString();

@@ -21,12 +21,25 @@
  * the log per change included (shared by the K); floor per frame = its CPU /
  * (M × K).
  *
- * CPU time is utime + stime of /proc/<pid>/stat, in clock ticks (10 ms at
- * the usual 100 per second): counted over the child and its descendants, so
- * a pid of `npm` reads the node process it started.
+ * Before the first timed round, WARM_ROUNDS untimed rounds of all three, so
+ * each measures its path compiled. The creates' warm-up below runs with no
+ * subscriber, so it never reaches the fan-out (the hub's read, the frames,
+ * the writes): left cold, the first timed rounds of "with" carried the JIT
+ * compiling that path, a one-off cost per process, into the app's per-frame
+ * figure (two rounds at ~1.7× the later ones' CPU, read with perf).
+ *
+ * CPU time is each thread's time on a CPU as the scheduler counts it, in
+ * nanoseconds (the first field of /proc/<pid>/task/<tid>/schedstat), summed
+ * over the child's threads and its descendants', so a pid of `npm` reads
+ * the node process it started. utime + stime of /proc/<pid>/stat, read
+ * before, come in clock ticks (10 ms), and the measures here are 25–50
+ * ticks each, read 10 times over: in three runs read both ways the ratio
+ * moved by 8–27 % from that rounding alone. Where the kernel has no
+ * schedstat, ticks are read as before. A thread that exits takes its time
+ * with it; node's threads (V8's, libuv's) live as long as the process.
  */
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -42,6 +55,26 @@ const SETTLE_MS = 500;
  */
 const ROUNDS = 10;
 const WARM_UP = 300;
+/** Untimed rounds of the three measures before the timed ones (see the header). */
+const WARM_ROUNDS = 2;
+
+/** CPU time of `pid` and of every process under it, in ms (see the header). */
+const cpuMs: (pid: number) => number = existsSync('/proc/self/schedstat') ? (pid) => onCpuNs(pid) / 1e6 : (pid) => cpuTicks(pid) * (1000 / ticksPerSecond());
+
+/** Time on a CPU of every thread of `pid` and of every process under it, in ns. */
+function onCpuNs(pid: number): number {
+  let ns = 0;
+  for (const thread of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${thread}/schedstat`, 'utf8').split(' ')[0]);
+      const children = readFileSync(`/proc/${pid}/task/${thread}/children`, 'utf8').trim();
+      for (const child of children ? children.split(' ') : []) ns += onCpuNs(Number(child));
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return ns;
+}
 
 /** utime + stime of `pid` and of every process under it, in clock ticks. */
 function cpuTicks(pid: number): number {
@@ -56,7 +89,8 @@ function cpuTicks(pid: number): number {
   return ticks;
 }
 
-const ticksPerSecond = () => Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+let clockTicks: number | undefined;
+const ticksPerSecond = () => (clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()));
 
 function forkChild(script: string): ChildProcess {
   return fork(fileURLToPath(new URL(script, import.meta.url)), [], {
@@ -167,7 +201,6 @@ export async function measureStreamCost(target: HttpTarget): Promise<Row[]> {
   const subscribers = positiveInteger('BENCH_HTTP_SUBSCRIBERS', 100);
   const perRound = Math.ceil(positiveInteger('BENCH_HTTP_STREAM_CHANGES', 500) / ROUNDS);
   const changes = perRound * ROUNDS;
-  const tickMs = 1000 / ticksPerSecond();
   const project = target.env.replace(/\/envs\/[^/]+$/, '');
   const suffix = randomBytes(3).toString('hex');
   const entityType = `bench-stream-${suffix}`;
@@ -202,10 +235,24 @@ export async function measureStreamCost(target: HttpTarget): Promise<Row[]> {
     floor = await startSubscribers(`http://127.0.0.1:${(await listening).port}/`, undefined, subscribers);
     await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
 
-    for (let round = 1; round <= ROUNDS; round++) {
-      let before = cpuTicks(target.pid);
+    // every subscriber has read `events` in all once a round's creates have reached it
+    let events = 0;
+    for (let round = 1; round <= WARM_ROUNDS; round++) {
       await createBlock(quiet);
-      let after = cpuTicks(target.pid);
+      const started = performance.now();
+      await createBlock(target.env);
+      const paceMs = (performance.now() - started) / perRound;
+      await app.reach((events += perRound));
+      const sent = nextMessage(server, 'sent');
+      server.send({ send: perRound, intervalMs: paceMs });
+      await Promise.all([sent, floor.reach(events)]);
+    }
+
+    for (let round = 1; round <= ROUNDS; round++) {
+      events += perRound;
+      let before = cpuMs(target.pid);
+      await createBlock(quiet);
+      let after = cpuMs(target.pid);
       without += after - before;
 
       before = after;
@@ -213,14 +260,14 @@ export async function measureStreamCost(target: HttpTarget): Promise<Row[]> {
       await createBlock(target.env);
       const paceMs = (performance.now() - started) / perRound;
       paced += paceMs;
-      await app.reach(round * perRound);
-      withSubscribers += cpuTicks(target.pid) - before;
+      await app.reach(events);
+      withSubscribers += cpuMs(target.pid) - before;
 
-      before = cpuTicks(server.pid!);
+      before = cpuMs(server.pid!);
       const sent = nextMessage(server, 'sent');
       server.send({ send: perRound, intervalMs: paceMs });
-      await Promise.all([sent, floor.reach(round * perRound)]);
-      baseline += cpuTicks(server.pid!) - before;
+      await Promise.all([sent, floor.reach(events)]);
+      baseline += cpuMs(server.pid!) - before;
     }
   } finally {
     await app.stop();
@@ -229,7 +276,8 @@ export async function measureStreamCost(target: HttpTarget): Promise<Row[]> {
   }
 
   const frames = changes * subscribers;
-  const perFrameUs = (ticks: number) => (ticks * tickMs * 1000) / frames;
+  const perFrameUs = (ms: number) => (ms * 1000) / frames;
+  const ms = (value: number) => `${value.toFixed(0)} ms`;
   return [
     atMost(
       `stream: server CPU per delivered frame (${subscribers} subscribers)`,
@@ -238,8 +286,8 @@ export async function measureStreamCost(target: HttpTarget): Promise<Row[]> {
       'µs',
       1.5,
       `${changes} creates × ${subscribers} SSE subscribers (clients in processes of their own), ${frame.length}-byte frames on the wire, ` +
-        `in ${ROUNDS} interleaved rounds; app CPU ${withSubscribers} ticks with subscribers − ${without} for as many creates in an unwatched environment, ` +
-        `floor ${baseline} ticks (1 tick = ${tickMs} ms): a bare node:net server writing the same head and frames to ${subscribers} sockets ` +
+        `in ${ROUNDS} interleaved rounds after ${WARM_ROUNDS} untimed ones; app CPU ${ms(withSubscribers)} with subscribers − ${ms(without)} for as many creates in an unwatched environment, ` +
+        `floor ${ms(baseline)}: a bare node:net server writing the same head and frames to ${subscribers} sockets ` +
         `at the app's pace (${(paced / ROUNDS).toFixed(2)} ms a create)`,
     ),
   ];

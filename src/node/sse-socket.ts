@@ -4,15 +4,21 @@ import { ApiError } from '../http/errors';
 import { StreamLimitError, type ChangeHub, type SubscriptionRequest } from '../stream/hub';
 import { SSE_HEADERS, STALLED_CLIENT_MS, STREAM_PREAMBLE, UNSENT_HIGH_WATER_BYTES } from '../stream/sse-response';
 
-/** Each frame as one HTTP/1.1 chunk, built once per frame, whatever the number of sockets it goes to. */
-const chunks = new WeakMap<Uint8Array, Buffer>();
+/**
+ * Each frame as one HTTP/1.1 chunk, built once per frame, whatever the
+ * number of sockets it goes to: the hub writes a change's frame, the same
+ * Uint8Array, to each of its subscribers in one loop (hub.ts, #deliver), so
+ * the last frame framed is the one asked for again until the next change.
+ * A frame met out of turn (a catch-up's, a heartbeat) is framed anew.
+ */
+let lastFrame: Uint8Array | undefined;
+let lastChunk: Buffer | undefined;
 function framedAsChunk(frame: Uint8Array): Buffer {
-  let chunk = chunks.get(frame);
-  if (!chunk) {
-    chunk = Buffer.concat([Buffer.from(`${frame.length.toString(16)}\r\n`), frame, Buffer.from('\r\n')]);
-    chunks.set(frame, chunk);
+  if (frame !== lastFrame || !lastChunk) {
+    lastChunk = Buffer.concat([Buffer.from(`${frame.length.toString(16)}\r\n`), frame, Buffer.from('\r\n')]);
+    lastFrame = frame;
   }
-  return chunk;
+  return lastChunk;
 }
 
 /**

@@ -24,8 +24,11 @@ import { attachCells, changeEvent, latestSeq, resumePoint, needsCells, passes, r
  */
 
 export interface StreamSink {
-  /** Writes SSE text; false (or a throw) when the client is gone. */
-  /** UTF-8 SSE text, encoded once by the hub for every subscriber it goes to. */
+  /**
+   * Writes UTF-8 SSE text; false (or a throw) when the client is gone. A
+   * change's frame is encoded once, and the same Uint8Array is written to
+   * every subscriber it goes to.
+   */
   write(chunk: Uint8Array): boolean;
   close(): void;
 }
@@ -232,38 +235,58 @@ export class ChangeHub {
   }
 
   async #fanOut(envId: string, state: EnvironmentState): Promise<void> {
-    const liveCursors = [...state.subscribers].filter((s) => s.live).map((s) => s.cursor);
-    if (liveCursors.length === 0) {
+    // re-reading a little is harmless (each subscriber skips what it has); missing something is not
+    let from = state.cursor ?? Number.POSITIVE_INFINITY;
+    let anyLive = false;
+    for (const subscriber of state.subscribers) {
+      if (!subscriber.live) continue;
+      anyLive = true;
+      if (subscriber.cursor < from) from = subscriber.cursor;
+    }
+    if (!anyLive) {
       for (const subscriber of state.subscribers) subscriber.dirty = true;
       return;
     }
-    // re-reading a little is harmless (each subscriber skips what it has); missing something is not
-    const from = Math.min(state.cursor ?? Number.POSITIVE_INFINITY, ...liveCursors);
     await this.#deps.withDb(async (db) => {
       let cursor = from;
       for (;;) {
         const changes = await readChanges(db, envId, cursor, this.#options.batch);
-        if ([...state.subscribers].some((s) => needsCells(s.request.filter))) await attachCells(db, state.projectId, changes);
+        let cells = false;
+        for (const subscriber of state.subscribers) cells ||= needsCells(subscriber.request.filter);
+        if (cells) await attachCells(db, state.projectId, changes);
         // from here to the end of the batch nothing awaits, so who is live cannot change under it:
         // a subscriber still catching up reads these itself (dirty), a live one gets them here
-        for (const subscriber of state.subscribers) if (!subscriber.live) subscriber.dirty = true;
-        const live = [...state.subscribers].filter((s) => s.live);
-        for (const change of changes) {
-          const text = frame(change);
-          for (const subscriber of live) {
-            if (subscriber.closed || change.seq <= subscriber.cursor) continue;
-            if (passes(subscriber.request.filter, change) && !subscriber.send(text)) {
-              this.#remove(subscriber);
-              continue;
-            }
-            subscriber.cursor = change.seq;
-          }
+        const live: Subscriber[] = [];
+        for (const subscriber of state.subscribers) {
+          if (subscriber.live) live.push(subscriber);
+          else subscriber.dirty = true;
         }
+        for (const change of changes) this.#deliver(change, live);
         if (changes.length > 0) cursor = changes[changes.length - 1]!.seq;
         if (changes.length < this.#options.batch) break;
       }
       state.cursor = Math.max(cursor, state.cursor ?? 0);
     });
+  }
+
+  /**
+   * One change to the live subscribers: its frame is encoded once, on the
+   * first subscriber it passes, and the very same bytes go to every other
+   * (a sink may frame them once for all, as sse-socket.ts does per chunk).
+   * The loop is the fan-out's only per-subscriber work: a cursor check, the
+   * filter, one write.
+   */
+  #deliver(change: ChangeRow, live: readonly Subscriber[]): void {
+    const seq = change.seq;
+    let text: Uint8Array | undefined;
+    for (const subscriber of live) {
+      if (subscriber.closed || seq <= subscriber.cursor) continue;
+      if (passes(subscriber.request.filter, change) && !subscriber.send((text ??= frame(change)))) {
+        this.#remove(subscriber);
+        continue;
+      }
+      subscriber.cursor = seq;
+    }
   }
 
   /**

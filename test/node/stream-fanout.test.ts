@@ -3,8 +3,10 @@ import type { Db } from '../../src/db/client';
 import { createLogger } from '../../src/logger';
 import type { Clock } from '../../src/platform';
 import type { ChangeRow } from '../../src/stream/feed';
+import type { ServerResponse } from 'node:http';
+import { openSseOnSocket } from '../../src/node/sse-socket';
 import { ChangeHub, type HubDeps, type HubOptions, type StreamSink, type SubscriptionRequest } from '../../src/stream/hub';
-import { openSseResponse, STALLED_CLIENT_MS, UNSENT_HIGH_WATER_BYTES } from '../../src/stream/sse-response';
+import { openSseResponse, STALLED_CLIENT_MS, STREAM_PREAMBLE, UNSENT_HIGH_WATER_BYTES } from '../../src/stream/sse-response';
 
 /**
  * The hub's fan-out against a scripted change log whose reads the test
@@ -106,6 +108,57 @@ function recordingSink(options: { fails?: () => boolean } = {}): RecordingSink {
     },
   };
   return sink;
+}
+
+/** A sink that keeps every chunk it is handed, as handed. */
+function chunkSink(): StreamSink & { chunks: Uint8Array[] } {
+  const chunks: Uint8Array[] = [];
+  return { chunks, write: (chunk) => (chunks.push(chunk), true), close() {} };
+}
+
+/**
+ * What openSseOnSocket needs of a ServerResponse, recording what reaches its
+ * socket: the head and preamble go through the response, then each frame
+ * straight to the socket as an HTTP/1.1 chunk. `writableLength` is what
+ * waits unsent, set by the test.
+ */
+function fakeResponse() {
+  const onSocket: Buffer[] = [];
+  const response = {
+    headersSent: false,
+    chunkedEncoding: false,
+    writableLength: 0,
+    ended: false,
+    throughResponse: [] as string[],
+    onSocket,
+    socket: { write: (chunk: Buffer) => (onSocket.push(chunk), true) },
+    writeHead() {
+      response.headersSent = true;
+      response.chunkedEncoding = true;
+      return response;
+    },
+    write(chunk: string | Uint8Array) {
+      response.throughResponse.push(typeof chunk === 'string' ? chunk : new TextDecoder().decode(chunk));
+      return true;
+    },
+    end() {
+      response.ended = true;
+    },
+    on() {
+      return response;
+    },
+    /** The socket's bytes read back as chunked encoding: each chunk's text, checked against its size line. */
+    chunkTexts(): string[] {
+      return onSocket.map((chunk) => {
+        const text = chunk.toString('latin1');
+        const line = text.indexOf('\r\n');
+        const size = parseInt(text.slice(0, line), 16);
+        expect(text.slice(line + 2 + size)).toBe('\r\n');
+        return chunk.subarray(line + 2, line + 2 + size).toString('utf8');
+      });
+    },
+  };
+  return response;
 }
 
 const request = (overrides: Partial<SubscriptionRequest> = {}): SubscriptionRequest => ({
@@ -224,6 +277,85 @@ describe('the hub against a scripted change log', () => {
     hub.subscribe(request({ after: 0, filter: { entityType: 'db', scopeCells: null } }), resumed);
     await settle();
     expect(resumed.ids()).toEqual([1, 4]);
+  });
+
+  it('a change is encoded once: every subscriber it passes is handed the very same bytes', async () => {
+    const { hub } = hubWith();
+    const [first, second, dbOnly] = [chunkSink(), chunkSink(), chunkSink()];
+    hub.subscribe(request(), first);
+    hub.subscribe(request(), second);
+    hub.subscribe(request({ filter: { entityType: 'db', scopeCells: null } }), dbOnly);
+    await settle();
+    log.append(1, 'vm');
+    log.append(1, 'db');
+    await hub.publish('env-1');
+
+    expect(first.chunks).toHaveLength(2);
+    expect(second.chunks[0]).toBe(first.chunks[0]);
+    expect(second.chunks[1]).toBe(first.chunks[1]);
+    // the filtered one gets only what passes, the same bytes as the others
+    expect(dbOnly.chunks).toEqual([first.chunks[1]]);
+    expect(dbOnly.chunks[0]).toBe(first.chunks[1]);
+    expect(new TextDecoder().decode(first.chunks[1])).toMatch(/^id: 2\nevent: entity.created\ndata: \{"type":"entity.created","entity":\{"id":"id-2",/);
+  });
+
+  it('on a socket, each frame goes out as one HTTP/1.1 chunk, framed once per change, the right one for every client while another catches up', async () => {
+    const { hub } = hubWith();
+    log.append(2);
+    const a = fakeResponse();
+    const b = fakeResponse();
+    openSseOnSocket(hub, request(), a as unknown as ServerResponse, {});
+    openSseOnSocket(hub, request(), b as unknown as ServerResponse, {});
+    await settle();
+    expect(a.throughResponse).toEqual([STREAM_PREAMBLE]);
+
+    log.append();
+    await hub.publish('env-1');
+    // one from the start: its catch-up frames (1, 2, 3) are framed between the live ones' 3 and 4
+    const joining = fakeResponse();
+    openSseOnSocket(hub, request({ after: 0 }), joining as unknown as ServerResponse, {});
+    await settle();
+    log.append();
+    await hub.publish('env-1');
+
+    const ids = (texts: string[]) => texts.map((text) => Number(/^id: (\d+)$/m.exec(text)![1]));
+    expect(ids(a.chunkTexts())).toEqual([3, 4]);
+    expect(ids(b.chunkTexts())).toEqual([3, 4]);
+    expect(ids(joining.chunkTexts())).toEqual([1, 2, 3, 4]);
+    expect(b.onSocket[0]).toBe(a.onSocket[0]);
+    expect(b.onSocket[1]).toBe(a.onSocket[1]);
+    expect(joining.onSocket[3]).toBe(a.onSocket[1]);
+    expect(joining.chunkTexts()[2]).toBe(a.chunkTexts()[0]);
+  });
+
+  it('on a socket, a client with over the high-water mark unsent for 30 s is dropped at the next frame; one that catches up in time is kept', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { hub } = hubWith();
+    const stalled = fakeResponse();
+    const reading = fakeResponse();
+    openSseOnSocket(hub, request(), stalled as unknown as ServerResponse, {});
+    openSseOnSocket(hub, request(), reading as unknown as ServerResponse, {});
+    await settle();
+    const publish = async () => {
+      log.append();
+      await hub.publish('env-1');
+    };
+
+    // both fall behind by more than the mark: a burst, not yet a stall
+    stalled.writableLength = reading.writableLength = UNSENT_HIGH_WATER_BYTES + 1;
+    await publish();
+    vi.setSystemTime(Date.now() + STALLED_CLIENT_MS - 1_000);
+    // one reads what waited
+    reading.writableLength = 0;
+    await publish();
+    vi.setSystemTime(Date.now() + 2_000);
+    await publish();
+
+    expect(stalled.ended).toBe(true);
+    expect(reading.ended).toBe(false);
+    expect(hub.subscriberCount('env-1')).toBe(1);
+    expect(stalled.chunkTexts().map((text) => /^id: (\d+)$/m.exec(text)![1])).toEqual(['1', '2']);
+    expect(reading.chunkTexts()).toHaveLength(3);
   });
 
   it('drops a subscriber whose client is gone at the next write, and frees its slot', async () => {

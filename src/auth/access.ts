@@ -325,3 +325,25 @@ export function settlePlainCaller(
     ),
   );
 }
+
+/**
+ * The caller columns of a row as the driver returns it, unmapped (a prepared
+ * statement's rows read without drizzle's mapping): each by its alias in
+ * plainAccessFields, the expiry as drizzle maps a timestamp column.
+ */
+export function plainAccessRowOf(row: Record<string, unknown>): PlainAccessRow {
+  const value = (field: { fieldAlias: string }) => row[field.fieldAlias];
+  const f = plainAccessFields;
+  const expiresAt = value(f.tokenExpiresAt);
+  return {
+    tokenId: value(f.tokenId) as string,
+    grantOrgId: value(f.grantOrgId) as string,
+    grantProjectId: value(f.grantProjectId) as string,
+    grantRole: value(f.grantRole) as Role,
+    grantEnvId: value(f.grantEnvId) as string | null,
+    tokenExpiresAt: expiresAt === null || expiresAt === undefined ? null : expiresAt instanceof Date ? expiresAt : new Date(expiresAt as string),
+    orgId: value(f.orgId) as string,
+    projectId: value(f.projectId) as string,
+    envId: value(f.envId) as string,
+  };
+}

@@ -1,13 +1,13 @@
-import { and, asc, eq, gt, gte, like, lt, sql, type SQL } from 'drizzle-orm';
-import { authorizeEnvironment, type EnvRef } from '../../auth/access';
+import { and, asc, Column, eq, getTableColumns, gt, gte, is, like, lt, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import { authorizeEnvironment, plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { entities } from '../../db/schema';
 import { ApiError } from '../../http/errors';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
-import type { Entity, EntityListQuery } from './schemas';
-import { toEntity } from './service';
+import { perHandle, type PathShape } from '../one-statement';
+import { MAX_PAGE_SIZE, type Entity, type EntityListQuery } from './schemas';
 
 /**
  * GET ENV/entities: one page of an environment's entities in name order.
@@ -38,33 +38,129 @@ export async function listEntities(
   ref: EnvRef,
   query: EntityListQuery,
 ): Promise<{ page: Entity[]; next: string | null }> {
+  // a token's plain 200 in one statement or two (listPlainly); otherwise the checks below answer
+  const plain = await listPlainly(ctx, ref, query);
+  if (plain) return plain;
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const after = query.cursor === undefined ? FIRST_PAGE : lastNameOf(query.cursor);
   const labels = parseLabelFilters(query.label);
   const cell = query.cell === undefined ? undefined : cellMembershipCondition(await getCell(ctx.db, project.id, query.cell));
   const scope = await callerCellScope(ctx, project.id);
-  const equalities = EQUALITY_FILTERS.filter((filter) => query[filter] !== undefined);
-  const shape: PageShape = { equalities, namePrefix: query.namePrefix !== undefined };
-  const values = {
-    envId: env.id,
-    after,
-    entityType: query.entityType,
-    state: query.state,
-    syncSource: query.syncSource,
-    ...(query.namePrefix === undefined ? {} : namePrefixBounds(query.namePrefix)),
-    limit: query.limit + 1,
-  };
-  const rest = [
-    labels,
-    query.updatedSince === undefined ? undefined : gte(entities.updatedAt, new Date(query.updatedSince)),
-    cell,
-    scope,
-  ].filter((condition): condition is SQL => condition !== undefined);
-  const statement =
-    rest.length === 0 && equalities.length <= 1 ? preparedPage(ctx, shape) : buildPage(ctx.db, shape, rest, '');
-  const rows = await statement.execute(values);
+  const shape = pageShape(query, labels !== undefined);
+  // without a cell or a scope, the page's statement is built once per database handle and shape
+  const statement = cell || scope ? buildPage(ctx.db, shape, [cell, scope], '') : preparedPage(ctx, shape);
+  return pageOf(await rowsOf(statement, pageValues(query, env.id, after, labels)), query);
+}
+
+function pageOf(rows: EntityListRow[], query: EntityListQuery): { page: Entity[]; next: string | null } {
   const { page, next } = splitPage(rows, query.limit, (row) => [row.name]);
-  return { page: page.map(toEntity), next };
+  return { page: page.map(entityOf), next };
+}
+
+// --- a token's plain list ---------------------------------------------------------
+
+/**
+ * The list of a caller plainly allowed to read it — a live token without
+ * cell scopes, holding data:read, not pinned elsewhere, its organization not
+ * suspended — checked by plainEnvironmentAccess (src/auth/access.ts) instead
+ * of authorizeEnvironment. When it matches no caller, the request goes the
+ * usual way (listEntities), which gives every 401, 403, 404 and scoped answer
+ * as before; a cell filter goes the usual way too (the cell's row comes
+ * first). The token is checked against the database on every request.
+ *
+ * A page that is one index range (isIndexRange) is one named statement,
+ * planned once per connection: the check as a WITH item, then its row and
+ * the page's rows, read only when that row exists. So a found caller answers
+ * one row more than the page (a page of no entities included), and no row
+ * at all means the check did not pass.
+ *
+ * Any other page stays two statements: the check (named, planned once), then
+ * the page (unnamed, planned with its values), as on the usual way. Folded
+ * into one statement, the page's statement would be planned per request with
+ * the check inside it, and parsing and planning the check's four tables
+ * costs Postgres more than the round trip it saves (docs/entity-lists.md).
+ */
+async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQuery): Promise<{ page: Entity[]; next: string | null } | undefined> {
+  const state = ctx.callerState;
+  if (state.resolved || state.tokenHash === undefined) return undefined; // bootstrap mode or a user: no token to check here
+  if (query.cell !== undefined) return undefined;
+  let labels: string | null | undefined;
+  try {
+    labels = parseLabelFilters(query.label);
+  } catch {
+    return undefined; // a 400, which the usual way gives once it has settled the caller (a 401 comes first)
+  }
+  const shape = pageShape(query, labels !== undefined);
+  const access = {
+    tokenHash: state.tokenHash!,
+    org: ref.org,
+    project: ref.project,
+    env: ref.env,
+  };
+  const now = ctx.clock.now();
+  if (!isIndexRange(shape)) {
+    const [caller] = await rowsOf<CallerRow>(plainCheck(ctx, ref), { ...access, now: now.toISOString() });
+    if (!caller) return undefined;
+    const row = plainAccessRowOf(caller);
+    settlePlainCaller(state, row, ref, now);
+    // the caller is settled: a bad cursor is the usual way's 400
+    const after = query.cursor === undefined ? FIRST_PAGE : lastNameOf(query.cursor);
+    return pageOf(await rowsOf(preparedPage(ctx, shape), pageValues(query, row.envId, after, labels)), query);
+  }
+  let after: string;
+  try {
+    after = query.cursor === undefined ? FIRST_PAGE : lastNameOf(query.cursor);
+  } catch {
+    return undefined; // as a bad label filter
+  }
+  const rows = await rowsOf<EntityListRow & CallerRow>(plainPage(ctx, ref, shape), {
+    ...pageValues(query, '', after, labels),
+    ...access,
+    now: now.toISOString(),
+  });
+  // the caller's row, first in practice; the page's rows keep their order whatever comes between them
+  const callerAt = rows.findIndex((row) => row[CALLER_MARK] !== null);
+  if (callerAt < 0) return undefined;
+  settlePlainCaller(state, plainAccessRowOf(rows[callerAt]!), ref, now);
+  return pageOf(callerAt === 0 ? rows.slice(1) : rows.filter((_, i) => i !== callerAt), query);
+}
+
+/** The columns of the caller's row, by their aliases (plainAccessRowOf reads them); null in the page's rows. */
+type CallerRow = Record<string, unknown>;
+
+/** A column only the caller's row fills: how it is told from the page's rows. */
+const CALLER_MARK = 'caller_token_id';
+
+/** The check alone, for the pages planned per request: named, built once per database handle and path shape. */
+const plainCheck = perHandle((db, access, name) => plainEnvironmentAccess(db, access, 'data:read').prepare(name), 'cellplane_entity_list_check');
+
+const entityColumns = getTableColumns(entities);
+
+/** An index range's page, the check folded in: named, built once per database handle, path shape and page shape. */
+function buildPlainPage(db: Queryable, access: PathShape, shape: PageShape, name: string) {
+  const caller = db.$with('caller').as(plainEnvironmentAccess(db, access, 'data:read'));
+  const callerColumns = Object.fromEntries(Object.entries(plainAccessColumns(caller)).map(([key, column]) => [`caller_${key}`, column]));
+  // the first branch names the statement's columns: the caller's, then the entity's
+  const callerRow = db
+    .select({ ...callerColumns, ...Object.fromEntries(Object.values(entityColumns).map((column) => [column.name, sql`null`.as(column.name)])) })
+    .from(caller);
+  const pageRows = pageSelect(db, shape, sql`(select ${caller.envId} from ${caller})`, [], {
+    ...Object.fromEntries(Object.keys(callerColumns).map((key) => [key, sql`null`])),
+    ...Object.fromEntries(Object.values(entityColumns).map((column) => [column.name, column])),
+  });
+  const rows = callerRow.unionAll(pageRows as unknown as typeof callerRow).as('rows');
+  return db.with(caller).select().from(rows).prepare(name);
+}
+
+const plainPages = new Map<string, (ctx: ServiceContext, ref: EnvRef) => ReturnType<typeof buildPlainPage>>();
+
+function plainPage(ctx: ServiceContext, ref: EnvRef, shape: PageShape) {
+  const key = shapeKey(shape);
+  let statement = plainPages.get(key);
+  if (!statement) {
+    plainPages.set(key, (statement = perHandle((db, access, name) => buildPlainPage(db, access, shape, name), `cellplane_entity_list_plain_${key}`)));
+  }
+  return statement(ctx, ref);
 }
 
 /** Sorts before every entity name (names are never empty), so the first page is `name > ''`. */
@@ -90,41 +186,121 @@ const EQUALITY_COLUMNS = {
   syncSource: entities.syncSource,
 } as const satisfies Record<EqualityFilter, unknown>;
 
-/** Which placeholders a page's statement has; its values fill them. */
-type PageShape = { equalities: EqualityFilter[]; namePrefix: boolean };
+/**
+ * Which placeholders a page's statement has; its values fill them. Each
+ * filter but the cell (and a cell-scoped caller's cells) is a placeholder,
+ * so a statement is built once per shape and database handle.
+ */
+type PageShape = { equalities: EqualityFilter[]; namePrefix: boolean; labels: boolean; updatedSince: boolean };
+
+function pageShape(query: EntityListQuery, labels: boolean): PageShape {
+  return {
+    equalities: EQUALITY_FILTERS.filter((filter) => query[filter] !== undefined),
+    namePrefix: query.namePrefix !== undefined,
+    labels,
+    updatedSince: query.updatedSince !== undefined,
+  };
+}
+
+const shapeKey = (shape: PageShape) =>
+  [...shape.equalities, ...(['namePrefix', 'labels', 'updatedSince'] as const).filter((filter) => shape[filter])].join('_') || 'all';
 
 /**
- * A page's statement: the placeholders of `shape`, then `rest` (conditions
- * carrying their own parameters). Named (`name`), it is prepared once per
- * connection; unnamed, planned on every execution.
+ * Whether every page of the shape is a range of one index: no filter, or
+ * one of the equality filters, each with or without namePrefix. These have
+ * one right plan whatever the values, so Postgres may keep a generic plan
+ * for them: a named statement is parsed and planned once per connection.
+ * Everything else is planned per request, knowing its values (a generic
+ * plan would guess a label's frequency, and walk the whole environment for
+ * a rare one or gather a quarter of it for a common one). Sent unnamed, a
+ * statement is planned at every execution with the values bound.
  */
-function buildPage(db: Queryable, shape: PageShape, rest: SQL[], name: string) {
-  return db
-    .select()
-    .from(entities)
-    .where(
-      and(
-        eq(entities.envId, sql.placeholder('envId')),
-        // a subquery, so the planner does not see the cursor (see listEntities)
-        gt(entities.name, sql`(select ${sql.placeholder('after')}::text)`),
-        ...shape.equalities.map((filter) => eq(EQUALITY_COLUMNS[filter], sql.placeholder(filter))),
-        shape.namePrefix ? namePrefixCondition() : undefined,
-        ...rest,
-      ),
-    )
-    .orderBy(asc(entities.name))
-    .limit(sql.placeholder('limit'))
-    .prepare(name);
+const isIndexRange = (shape: PageShape) => !shape.labels && !shape.updatedSince && shape.equalities.length <= 1;
+
+/** The values of a page's placeholders. `labels`: parseLabelFilters' answer. */
+function pageValues(query: EntityListQuery, envId: string, after: string, labels: string | null | undefined) {
+  return {
+    envId,
+    after,
+    entityType: query.entityType,
+    state: query.state,
+    syncSource: query.syncSource,
+    ...(query.namePrefix === undefined ? {} : namePrefixBounds(query.namePrefix)),
+    labels,
+    updatedSince: query.updatedSince === undefined ? undefined : new Date(query.updatedSince).toISOString(),
+    limit: query.limit + 1,
+  };
+}
+
+/** The conditions of a page of `shape` on `entities`, in the environment `envId`. */
+function pageConditions(shape: PageShape, envId: SQL | Placeholder): SQL {
+  return and(
+    eq(entities.envId, envId),
+    // a subquery, so the planner does not see the cursor (see listEntities)
+    gt(entities.name, sql`(select ${sql.placeholder('after')}::text)`),
+    ...shape.equalities.map((filter) => eq(EQUALITY_COLUMNS[filter], sql.placeholder(filter))),
+    shape.namePrefix ? namePrefixCondition() : undefined,
+    // one containment test, which the GIN index on labels answers; null (contradictory filters) matches nothing
+    shape.labels ? sql`${entities.labels} @> ${sql.placeholder('labels')}::jsonb` : undefined,
+    shape.updatedSince ? sql`${entities.updatedAt} >= ${sql.placeholder('updatedSince')}::timestamptz` : undefined,
+  )!;
 }
 
 /**
- * The statements of pages that are one index range: no filter, or one of
- * the equality filters, each with or without namePrefix. These have one
- * right plan whatever the values, so Postgres may keep a generic plan for
- * them: a named statement is parsed and planned once per connection.
- * Everything else is planned per request, knowing its values (a generic
- * plan would guess a label's frequency, and walk the whole environment for
- * a rare one or gather a quarter of it for a common one).
+ * The first `limit` (a placeholder) entities of a page of `shape` and `rest`
+ * (conditions carrying their own parameters: a cell, a caller's cells), in
+ * name order, as `fields`.
+ *
+ * An index range (isIndexRange, nothing in `rest`) is a named statement, and
+ * Postgres plans one anew on every execution unless its generic plan looks
+ * no costlier than its custom ones. A generic plan cannot see the LIMIT and
+ * counts on a tenth of the rows; a custom one saw the page size, and so
+ * looked cheaper: the named page statements were planned on every execution
+ * (docs/entity-lists.md). So the page size reaches the planner as a
+ * subquery, like the cursor: both plans count on a tenth of the rows, and the
+ * generic plan, which for an index range is the custom one, is kept. An
+ * inner LIMIT of the largest page, a constant, bounds that tenth: however
+ * large the environment, the planner reads a page as at most 100 entries of
+ * the index range. Other pages are planned on every execution anyway, seeing
+ * the page size, on which the choice to walk or to gather depends.
+ */
+function pageSelect<F extends Record<string, unknown>>(db: Queryable, shape: PageShape, envId: SQL | Placeholder, rest: (SQL | undefined)[], fields: F) {
+  const where = and(pageConditions(shape, envId), ...rest);
+  // a cell or a cell-scoped caller's cells are no index range: that page is planned with its page size
+  if (!isIndexRange(shape) || rest.some((condition) => condition !== undefined)) {
+    return db.select(fields as never).from(entities).where(where).orderBy(asc(entities.name)).limit(sql.placeholder('limit'));
+  }
+  const capped = db
+    .select()
+    .from(entities)
+    .where(where)
+    .orderBy(asc(entities.name))
+    // written into the statement: drizzle would send a number as a parameter
+    .limit(sql.raw(String(MAX_PAGE_SIZE + 1)) as unknown as number)
+    .as('capped');
+  const cappedFields = Object.fromEntries(
+    Object.entries(fields).map(([key, field]) => [key, is(field, Column) ? capped[(entityKeys.get(field) ?? '') as keyof typeof capped] : field]),
+  );
+  return db
+    .select(cappedFields as never)
+    .from(capped)
+    .orderBy(asc(capped.name))
+    .limit(sql`(select ${sql.placeholder('limit')}::int)` as unknown as number);
+}
+
+const entityKeys = new Map<unknown, string>(Object.entries(getTableColumns(entities)).map(([key, column]) => [column, key]));
+
+/**
+ * A page's statement: named (`name`), it is prepared once per connection;
+ * unnamed, planned on every execution.
+ */
+function buildPage(db: Queryable, shape: PageShape, rest: (SQL | undefined)[], name: string) {
+  return pageSelect(db, shape, sql.placeholder('envId'), rest, getTableColumns(entities)).prepare(name);
+}
+
+/**
+ * The statements of pages without a cell or a cell-scoped caller: built once
+ * per database handle and shape, named only for an index range.
  */
 const preparedPages = new WeakMap<Queryable, Map<string, ReturnType<typeof buildPage>>>();
 
@@ -132,13 +308,21 @@ function preparedPage(ctx: ServiceContext, shape: PageShape) {
   const db = ctx.db;
   let byShape = preparedPages.get(db);
   if (!byShape) preparedPages.set(db, (byShape = new Map()));
-  const key = [...shape.equalities, ...(shape.namePrefix ? ['namePrefix'] : [])].join('_') || 'all';
+  const key = shapeKey(shape);
   let statement = byShape.get(key);
-  if (!statement) byShape.set(key, (statement = buildPage(db, shape, [], ctx.namedStatements ? `cellplane_entity_list_${key}` : '')));
+  if (!statement) {
+    const name = ctx.namedStatements && isIndexRange(shape) ? `cellplane_entity_list_${key}` : '';
+    byShape.set(key, (statement = buildPage(db, shape, [], name)));
+  }
   return statement;
 }
 
-function parseLabelFilters(label: EntityListQuery['label']): SQL | undefined {
+/**
+ * The label filters as the JSON object every match contains; null when two
+ * of them want different values of one key (nothing matches); undefined
+ * when there are none.
+ */
+function parseLabelFilters(label: EntityListQuery['label']): string | null | undefined {
   const filters = label === undefined ? [] : Array.isArray(label) ? label : [label];
   if (filters.length === 0) return undefined;
   const wanted: Record<string, string> = {};
@@ -155,8 +339,78 @@ function parseLabelFilters(label: EntityListQuery['label']): SQL | undefined {
     if (key in wanted && wanted[key] !== value) contradictory = true;
     wanted[key] = value;
   });
-  // one containment test, which the GIN index on labels answers
-  return contradictory ? sql`false` : sql`${entities.labels} @> ${JSON.stringify(wanted)}::jsonb`;
+  return contradictory ? null : JSON.stringify(wanted);
+}
+
+// --- rows ----------------------------------------------------------------------
+
+/** An entity row as the driver returns it: columns by their SQL names, timestamps as Postgres prints them. */
+type EntityListRow = {
+  id: string;
+  org_id: string;
+  project_id: string;
+  env_id: string;
+  entity_type_name: string;
+  name: string;
+  state: string;
+  properties: unknown;
+  labels: unknown;
+  last_synced_at: string | Date | null;
+  sync_source: string | null;
+  created_at: string | Date;
+  updated_at: string | Date;
+};
+
+/**
+ * A page's rows as the driver returns them, without drizzle's row mapping:
+ * a page is up to 1,000 rows, and mapping each column of each row through
+ * drizzle (then each timestamp through a Date, by toEntity) was the largest
+ * cost of a list request after the statement itself. Drizzle's prepared
+ * statements have all() on each driver (node-postgres, PGlite, Neon): the
+ * driver's rows as objects keyed by column name, read with drizzle's type
+ * parsers (timestamps as text), named statements as named.
+ */
+function rowsOf<Row = EntityListRow & Record<string, unknown>>(statement: unknown, values: Record<string, unknown>): Promise<Row[]> {
+  return (statement as { all(values: Record<string, unknown>): Promise<Row[]> }).all(values);
+}
+
+/** toEntity (./service.ts) of a driver's row: the same Entity, key for key, value for value. */
+function entityOf(row: EntityListRow): Entity {
+  return {
+    id: row.id,
+    entityTypeName: row.entity_type_name,
+    name: row.name,
+    state: row.state,
+    properties: jsonOf(row.properties) as Record<string, unknown>,
+    labels: jsonOf(row.labels) as Record<string, string>,
+    lastSyncedAt: row.last_synced_at === null ? null : isoTimestamp(row.last_synced_at),
+    syncSource: row.sync_source,
+    createdAt: isoTimestamp(row.created_at),
+    updatedAt: isoTimestamp(row.updated_at),
+    orgId: row.org_id,
+    projectId: row.project_id,
+    envId: row.env_id,
+  };
+}
+
+/** A jsonb value as drizzle maps it: drivers parse it, but text is parsed here. */
+const jsonOf = (value: unknown): unknown => (typeof value === 'string' ? JSON.parse(value) : value);
+
+/** How Postgres prints a timestamptz in UTC, years 1000–9999: `2026-11-21 10:20:00.123456+00`, fraction optional. */
+const UTC_TEXT = /^([1-9]\d{3}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00$/;
+
+/**
+ * A timestamptz as the API writes it, `new Date(text).toISOString()` as
+ * drizzle and toEntity make it: the milliseconds truncated, in UTC. Text
+ * in UTC is rewritten without a Date; anything else (another session time
+ * zone, a year outside 1000–9999) goes through one.
+ */
+function isoTimestamp(value: string | Date): string {
+  if (typeof value !== 'string') return value.toISOString();
+  const utc = UTC_TEXT.exec(value);
+  if (!utc) return new Date(value).toISOString();
+  const fraction = utc[3] ?? '';
+  return `${utc[1]}T${utc[2]}.${fraction.length >= 3 ? fraction.slice(0, 3) : fraction.padEnd(3, '0')}Z`;
 }
 
 /**

@@ -30,6 +30,18 @@ export function perHandle<T>(build: (db: Queryable, shape: PathShape, name: stri
   };
 }
 
+/**
+ * What plainEnvironmentAccess's placeholders take for this request (the
+ * token's hash, the path's tenancy, the time), or undefined when there is no
+ * token to fold in (bootstrap mode, a user, a caller already settled).
+ */
+export function plainAccessValues(ctx: ServiceContext, ref: EnvRef): { values: { tokenHash: string; org: string; project: string; env: string; now: string }; now: Date } | undefined {
+  const state = ctx.callerState;
+  if (state.resolved || state.tokenHash === undefined) return undefined;
+  const now = ctx.clock.now();
+  return { values: { tokenHash: state.tokenHash, org: ref.org, project: ref.project, env: ref.env, now: now.toISOString() }, now };
+}
+
 /** One prepared statement per database handle, whatever the path's shape (it names no tenancy), named `name` where allowed. */
 export function oncePerHandle<T>(build: (db: Queryable, name: string) => T, name: string) {
   const built = new WeakMap<Queryable, T>();

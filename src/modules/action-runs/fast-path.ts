@@ -5,7 +5,7 @@ import type { Queryable } from '../../db/client';
 import { actionRuns, actions, deliveryJobs, entities } from '../../db/schema';
 import type { DeliveryJob } from '../../runs/delivery';
 import type { RunRow } from '../../runs/transitions';
-import { oncePerHandle, perHandle } from '../one-statement';
+import { oncePerHandle, perHandle, plainAccessValues } from '../one-statement';
 
 /**
  * The trigger's round trips (POST ENV/entities/{name}/actions/{action}), as
@@ -40,20 +40,11 @@ export type TriggerRead = {
  * Undefined for anything else.
  */
 export async function readTriggerPlainly(ctx: ServiceContext, ref: EnvRef, entityName: string, actionName: string): Promise<TriggerRead | undefined> {
-  const state = ctx.callerState;
-  if (state.resolved || state.tokenHash === undefined) return undefined; // bootstrap mode or a user: no token to fold in
-  const now = ctx.clock.now();
-  const [row] = await plainTriggerRead(ctx, ref).execute({
-    tokenHash: state.tokenHash!,
-    org: ref.org,
-    project: ref.project,
-    env: ref.env,
-    entity: entityName,
-    action: actionName,
-    now: now.toISOString(),
-  });
+  const access = plainAccessValues(ctx, ref);
+  if (!access) return undefined;
+  const [row] = await plainTriggerRead(ctx, ref).execute({ ...access.values, entity: entityName, action: actionName });
   if (!row) return undefined;
-  settlePlainCaller(state, row.caller, ref, now);
+  settlePlainCaller(ctx.callerState, row.caller, ref, access.now);
   const { orgId, projectId, envId } = row.caller;
   return { tenancy: { orgId, projectId, envId }, entity: row.entity, action: row.action };
 }

@@ -4,7 +4,7 @@ import type { ServiceContext } from '../../context';
 import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
-import { perHandle, typeDefinitionCache } from '../one-statement';
+import { perHandle, plainAccessValues, typeDefinitionCache } from '../one-statement';
 import { toEntity, type EntityRow } from './service';
 
 /**
@@ -38,19 +38,11 @@ const plainEntityRead = perHandle((db, shape, name) => {
  * exists: the entity, the caller settled. Undefined for anything else.
  */
 export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityRow | undefined> {
-  const state = ctx.callerState;
-  if (state.resolved || state.tokenHash === undefined) return undefined; // bootstrap mode or a user: no token to fold in
-  const now = ctx.clock.now();
-  const [row] = await plainEntityRead(ctx, ref).execute({
-    tokenHash: state.tokenHash!,
-    org: ref.org,
-    project: ref.project,
-    env: ref.env,
-    name,
-    now: now.toISOString(),
-  });
+  const access = plainAccessValues(ctx, ref);
+  if (!access) return undefined;
+  const [row] = await plainEntityRead(ctx, ref).execute({ ...access.values, name });
   if (!row) return undefined;
-  settlePlainCaller(state, row.caller, ref, now);
+  settlePlainCaller(ctx.callerState, row.caller, ref, access.now);
   return row.entity;
 }
 

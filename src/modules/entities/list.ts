@@ -6,7 +6,7 @@ import { entities } from '../../db/schema';
 import { ApiError } from '../../http/errors';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
-import { perHandle, type PathShape } from '../one-statement';
+import { oncePerHandle, perHandle, type PathShape } from '../one-statement';
 import { MAX_PAGE_SIZE, type Entity, type EntityListQuery } from './schemas';
 
 /**
@@ -302,19 +302,16 @@ function buildPage(db: Queryable, shape: PageShape, rest: (SQL | undefined)[], n
  * The statements of pages without a cell or a cell-scoped caller: built once
  * per database handle and shape, named only for an index range.
  */
-const preparedPages = new WeakMap<Queryable, Map<string, ReturnType<typeof buildPage>>>();
+const preparedPages = new Map<string, (ctx: ServiceContext) => ReturnType<typeof buildPage>>();
 
 function preparedPage(ctx: ServiceContext, shape: PageShape) {
-  const db = ctx.db;
-  let byShape = preparedPages.get(db);
-  if (!byShape) preparedPages.set(db, (byShape = new Map()));
   const key = shapeKey(shape);
-  let statement = byShape.get(key);
+  let statement = preparedPages.get(key);
   if (!statement) {
-    const name = ctx.namedStatements && isIndexRange(shape) ? `cellplane_entity_list_${key}` : '';
-    byShape.set(key, (statement = buildPage(db, shape, [], name)));
+    const name = isIndexRange(shape) ? `cellplane_entity_list_${key}` : '';
+    preparedPages.set(key, (statement = oncePerHandle((db, named) => buildPage(db, shape, [], named), name)));
   }
-  return statement;
+  return statement(ctx);
 }
 
 /**

@@ -301,27 +301,50 @@ function expectNoSecrets(output: string, host: Host): void {
  * A request whose head and the first bytes of its body are sent now, the
  * rest on `finish`, which resolves with the status line of the answer (empty
  * if the connection was closed without one).
+ *
+ * It resolves once the host is handling the request: it asks
+ * `Expect: 100-continue` and waits for the interim `100 Continue`, which
+ * Node writes as it dispatches the request and Deno as the handler starts
+ * reading the body. Without that the signal could reach a loaded host
+ * before it had accepted the connection, and no host answers a request it
+ * never received.
  */
 function startUpload(url: string, path: string, body: string): Promise<{ finish(): Promise<string> }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
     // from an address of its own: 127.0.0.1's budget may be spent (exhaustOneAddress)
     const socket = connect({ port: Number(port), host: hostname, localAddress: '127.0.0.3' }, () => {
-      const head = `POST ${path} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+      const head =
+        `POST ${path} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-continue\r\n\r\n`;
       socket.write(head + body.slice(0, 5));
-      // the answer's status line, or '' when the connection closes without one
-      const answered = new Promise<string>((done) => {
-        socket.once('data', (chunk) => done(String(chunk).split('\r\n')[0]!));
-        socket.once('close', () => done(''));
+      // status lines as they come: the interim 100, then the answer ('' when the connection closes without one)
+      let received = '';
+      const statusLines: string[] = [];
+      const waiting: ((line: string) => void)[] = [];
+      const nextStatusLine = () => new Promise<string>((done) => (statusLines.length ? done(statusLines.shift()!) : waiting.push(done)));
+      const push = (line: string) => (waiting.length ? waiting.shift()!(line) : statusLines.push(line));
+      socket.on('data', (chunk) => {
+        received += String(chunk);
+        let end: number;
+        while ((end = received.indexOf('\r\n\r\n')) >= 0) {
+          push(received.slice(0, received.indexOf('\r\n')));
+          // an interim answer has no body; the final one's body is not needed
+          received = received.slice(end + 4);
+        }
       });
-      resolve({
-        finish: async () => {
-          socket.write(body.slice(5));
-          const statusLine = await answered;
-          socket.destroy();
-          return statusLine;
-        },
-      });
+      socket.once('close', () => push(''));
+      nextStatusLine().then((interim) => {
+        if (!interim.startsWith('HTTP/1.1 100')) return reject(new Error(`expected 100 Continue, got ${JSON.stringify(interim)}`));
+        resolve({
+          finish: async () => {
+            socket.write(body.slice(5));
+            const statusLine = await nextStatusLine();
+            socket.destroy();
+            return statusLine;
+          },
+        });
+      }, reject);
     });
     socket.once('error', reject);
   });

@@ -35,6 +35,14 @@ export class JobRunner {
   #reapTimer: ReturnType<typeof setInterval> | undefined;
   #polling: Promise<void> | undefined;
   #pollAgain = false;
+  /**
+   * Whether a due job may be waiting for a slot: something nudged since the
+   * last claim that came back short, or the last claim filled every free
+   * slot. A slot that frees up claims only then: a claim after every
+   * attempt would be a round trip per delivery that finds nothing while
+   * the runner keeps up (the poll still looks every pollIntervalMs).
+   */
+  #mayBeDue = true;
   #running = false;
   /** Slots handed to triggers (reserve) whose jobs are not started yet: they count as taken. */
   #reserved = 0;
@@ -58,6 +66,7 @@ export class JobRunner {
 
   /** Look at the job table now (a trigger just committed a job, or a retry came due). */
   nudge(): void {
+    this.#mayBeDue = true;
     if (!this.#running) return;
     void this.#poll();
   }
@@ -183,11 +192,16 @@ export class JobRunner {
       do {
         this.#pollAgain = false;
         const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
-        // a slot freeing up nudges again (#track)
+        // #mayBeDue stays set: a slot freeing up claims then (#track)
         if (free <= 0) return;
+        // a nudge while the claim is out sets it again
+        this.#mayBeDue = false;
         const jobs = await claimDueJobs(this.#engine, free);
         for (const job of jobs) this.#track(job);
-        if (jobs.length === free) this.#pollAgain = true;
+        if (jobs.length === free) {
+          this.#mayBeDue = true;
+          this.#pollAgain = true;
+        }
       } while (this.#pollAgain && this.#running);
     } catch (error) {
       this.#engine.logger.error('delivery poll failed', { error });
@@ -216,8 +230,8 @@ export class JobRunner {
     this.#recording.add(recorded);
     const tracked = Promise.race([sent, attempt]).finally(() => {
       this.#inFlight.delete(tracked);
-      // a slot is free: there may be more due jobs than slots
-      this.nudge();
+      // a slot is free: it takes a job that may be waiting
+      if (this.#mayBeDue && this.#running) void this.#poll();
     });
     this.#inFlight.add(tracked);
   }

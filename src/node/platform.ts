@@ -182,6 +182,7 @@ export function platformWithJobRunner(
     resolveHost,
     fetch: guardedFetch(options.config.outboundAllowedHosts),
     ports: runPorts,
+    namedStatements: options.namedStatements ?? false,
     ...options.engine,
   });
   const jobs = new JobRunner(engine, options.runner);

@@ -89,7 +89,7 @@ function lease(db: Db, which: SQL | undefined, leaseUntil: Date | SQL) {
 const unheld = (now: Date | Placeholder) => or(isNull(deliveryJobs.leaseUntil), lt(deliveryJobs.leaseUntil, now));
 
 /** claimDueJobs's statement: the due jobs picked and locked past other claimers (SKIP LOCKED), leased, and returned with their runs. */
-function buildClaim(db: Db) {
+function buildClaim(db: Db, name: string) {
   const now = sql.placeholder('now');
   const due = db
     .select({ runId: deliveryJobs.runId })
@@ -99,16 +99,16 @@ function buildClaim(db: Db) {
     .limit(sql.placeholder('limit'))
     .for('update', { skipLocked: true });
   // SET takes SQL, not a bare placeholder: the time comes as ISO text
-  return lease(db, inArray(deliveryJobs.runId, due), sql`${sql.placeholder('leaseUntil')}`).prepare('');
+  return lease(db, inArray(deliveryJobs.runId, due), sql`${sql.placeholder('leaseUntil')}`).prepare(name);
 }
 
-/** The claim, built once per database handle: each poll only fills it in. */
+/** The claim, built once per database handle (named where the engine allows): each poll only fills it in. */
 const claimStatements = new WeakMap<Db, ReturnType<typeof buildClaim>>();
 
 /** Node: up to `limit` due jobs that no live worker holds, leased to the caller, with their runs. */
 export async function claimDueJobs(engine: RunEngine, limit: number): Promise<LeasedJob[]> {
   let claim = claimStatements.get(engine.db);
-  if (!claim) claimStatements.set(engine.db, (claim = buildClaim(engine.db)));
+  if (!claim) claimStatements.set(engine.db, (claim = buildClaim(engine.db, engine.namedStatements ? 'cellplane_delivery_claim' : '')));
   const now = engine.clock.now();
   return claim.execute({ now, limit, leaseUntil: new Date(now.getTime() + engine.leaseMs).toISOString() });
 }
@@ -260,7 +260,7 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
   };
   switch (outcome.outcome) {
     case 'delivered':
-      await startRun(engine.db, attempt, now, outcome.columns);
+      await startRun(engine.db, attempt, now, outcome.columns, engine.namedStatements);
       break;
     case 'retry':
       await scheduleNextAttempt(engine.db, attempt, outcome.retryAt);

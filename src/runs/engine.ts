@@ -69,14 +69,20 @@ export interface RunEngine {
   leaseMs: number;
   /** Secrets and entity moves, from the modules. */
   ports: RunPorts;
+  /**
+   * Whether the engine's statements may be named, so Postgres keeps their
+   * parse and plan per connection (Platform.namedStatements). Default false.
+   */
+  namedStatements: boolean;
 }
 
 /** The engine on a host's database handle, with the settings of its config. */
 export function createRunEngine(
-  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost'>>,
+  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost' | 'namedStatements'>>,
 ): RunEngine {
   return {
     random: Math.random,
+    namedStatements: false,
     fetch: (input, init) => fetch(input, init),
     ...parts,
     attemptTimeoutMs: parts.config.deliveryAttemptTimeoutMs,

@@ -151,7 +151,7 @@ const attemptKeys = ['runId', 'attempt', 'startedAt', 'latencyMs', 'httpStatus',
  * run's UPDATE go before the job's DELETE: the run's row before its job's,
  * the lock order of every transition.
  */
-function buildStart(db: Queryable, columns: readonly (keyof KindColumns)[]) {
+function buildStart(db: Queryable, columns: readonly (keyof KindColumns)[], name: string) {
   const attempt = placeholders(attemptKeys);
   const started = db.$with('started').as(
     db
@@ -175,7 +175,7 @@ function buildStart(db: Queryable, columns: readonly (keyof KindColumns)[]) {
     .with(started, logged, dropped)
     .select({ started: sql<number>`(select count(*) from ${started})`.mapWith(Number) })
     .from(logged)
-    .prepare('');
+    .prepare(name);
 }
 
 /** startRun's statements, built once per database handle and set of kind columns: each attempt only fills one in. */
@@ -186,12 +186,12 @@ const startStatements = new WeakMap<Queryable, Map<string, ReturnType<typeof bui
  * (a pull request's number, URL, ...). One statement: the run moved, the
  * attempt logged, the attempt's job dropped, each as guarded as on its own.
  */
-export async function startRun(db: Queryable, attempt: AttemptRecord, at: Date, columns: KindColumns = {}): Promise<boolean> {
+export async function startRun(db: Queryable, attempt: AttemptRecord, at: Date, columns: KindColumns = {}, named = false): Promise<boolean> {
   const names = (Object.keys(columns) as (keyof KindColumns)[]).sort();
   let byColumns = startStatements.get(db);
   if (!byColumns) startStatements.set(db, (byColumns = new Map()));
   let statement = byColumns.get(names.join());
-  if (!statement) byColumns.set(names.join(), (statement = buildStart(db, names)));
+  if (!statement) byColumns.set(names.join(), (statement = buildStart(db, names, named ? ['cellplane_run_start', ...names].join('_') : '')));
   const [row] = await statement.execute({ ...attempt, ...columns, at: at.toISOString() });
   return (row?.started ?? 0) > 0;
 }

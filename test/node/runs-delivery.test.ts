@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import { eq } from 'drizzle-orm';
+import { eq, isNull } from 'drizzle-orm';
 import { jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { actionRuns, deliveryJobs } from '../../src/db/schema';
@@ -435,7 +435,7 @@ describe('outbound delivery', () => {
       expect(await jobOf(triggered!.body.id)).toMatchObject([{ runId: triggered!.body.id, attempt: 1, leaseUntil: null }]);
     });
 
-    it('a trigger hands its job to a free slot of the running runner: leased as it is written, sent without a claim', async () => {
+    it('a trigger hands its job to a free slot of the running runner: leased as it is written, sent without a claim, and no claim after it', async () => {
       // a runner that polls only when woken: between its first poll and the attempt's end, any claim would be the trigger's
       const quiet = await createHarness({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1' }, runner: { pollIntervalMs: 600_000 } });
       try {
@@ -458,11 +458,50 @@ describe('outbound delivery', () => {
         expect(counts).toEqual({ statements: 2, transactions: 0 });
         const [job] = await quiet.api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
         expect(job!.leaseUntil).not.toBeNull();
-        receiver.release();
+        const afterAnswer = await countStatements(quiet.api.testDatabase.database, async () => {
+          receiver.release();
+          // the outcome's log line follows its write (no statement of the test's meanwhile)
+          await eventually(async () => (quiet.api.logs.some((line) => line.includes('"delivery attempt"') && line.includes(run.id)) ? true : undefined));
+        });
+        // the outcome alone: with nothing else due, the freed slot claims nothing (the poll still looks, every pollIntervalMs)
+        expect(afterAnswer).toEqual({ statements: 1, transactions: 0 });
         await eventually(async () => ((await quiet.run(run.id)).status === 'running' ? true : undefined));
         await quiet.api.jobs.stop();
         expect(receiver.requests).toHaveLength(1);
         expect(await quiet.run(run.id)).toMatchObject({ status: 'running', attempts: [{ attempt: 1, httpStatus: 200, outcome: 'delivered' }] });
+      } finally {
+        await quiet.api.jobs.stop();
+        await quiet.close();
+      }
+    });
+
+    it('a backlog written while every slot is taken is taken up by the slots as they free, without waiting for the poll', async () => {
+      // the poll would not look again within the test: only freed slots can claim the backlog
+      const quiet = await createHarness({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1' }, runner: { pollIntervalMs: 600_000 } });
+      try {
+        const receiver = await quiet.receiver({ hold: true });
+        const action = await quiet.action({ url: `${receiver.url}/hook` });
+        quiet.api.jobs.start();
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        // 8 runs take the 8 slots as they are written; 20 more wait in the table, more than the slots hold at once
+        const runs: { id: string }[] = [];
+        for (let i = 0; i < 28; i++) runs.push(await quiet.trigger(action));
+        await receiver.waitForHeld(8);
+        expect(receiver.requests).toHaveLength(8);
+        const unleased = await quiet.api.db.select().from(deliveryJobs).where(isNull(deliveryJobs.leaseUntil));
+        expect(unleased).toHaveLength(20);
+        // answered as they come: each answer frees a slot, which claims the next due job
+        const answering = setInterval(() => receiver.release(), 10);
+        try {
+          await receiver.waitForRequests(28);
+          await eventually(async () => ((await quiet.api.db.select().from(deliveryJobs)).length === 0 ? true : undefined));
+        } finally {
+          clearInterval(answering);
+        }
+        await quiet.api.jobs.stop();
+        const sent = webhookIds(receiver.requests);
+        expect(new Set(sent)).toEqual(new Set(runs.map((run) => run.id)));
+        expect(sent).toHaveLength(28);
       } finally {
         await quiet.api.jobs.stop();
         await quiet.close();

@@ -37,10 +37,13 @@ export class JobRunner {
   #pollAgain = false;
   /**
    * Whether a due job may be waiting for a slot: something nudged since the
-   * last claim that came back short, or the last claim filled every free
-   * slot. A slot that frees up claims only then: a claim after every
-   * attempt would be a round trip per delivery that finds nothing while
-   * the runner keeps up (the poll still looks every pollIntervalMs).
+   * last claim that found nothing, or the last claim found something. A slot
+   * that frees up claims only then: a claim after every attempt would be a
+   * round trip per delivery that finds nothing while the runner keeps up
+   * (the poll still looks every pollIntervalMs). Only an empty claim clears
+   * it: a claim can come back short with more jobs due (seen with outcomes
+   * being written at the same time), and a backlog left to the poll drains
+   * at a few slots a second.
    */
   #mayBeDue = true;
   #running = false;
@@ -198,10 +201,8 @@ export class JobRunner {
         this.#mayBeDue = false;
         const jobs = await claimDueJobs(this.#engine, free);
         for (const job of jobs) this.#track(job);
-        if (jobs.length === free) {
-          this.#mayBeDue = true;
-          this.#pollAgain = true;
-        }
+        if (jobs.length > 0) this.#mayBeDue = true;
+        if (jobs.length === free) this.#pollAgain = true;
       } while (this.#pollAgain && this.#running);
     } catch (error) {
       this.#engine.logger.error('delivery poll failed', { error });

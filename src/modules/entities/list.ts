@@ -6,7 +6,7 @@ import { entities } from '../../db/schema';
 import { ApiError } from '../../http/errors';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
-import { oncePerHandle, perHandle, type PathShape } from '../one-statement';
+import { oncePerHandle, perHandle, plainAccessValues, type PathShape } from '../one-statement';
 import { MAX_PAGE_SIZE, type Entity, type EntityListQuery } from './schemas';
 
 /**
@@ -81,9 +81,9 @@ function pageOf(rows: EntityListRow[], query: EntityListQuery): { page: Entity[]
  * costs Postgres more than the round trip it saves (docs/entity-lists.md).
  */
 async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQuery): Promise<{ page: Entity[]; next: string | null } | undefined> {
-  const state = ctx.callerState;
-  if (state.resolved || state.tokenHash === undefined) return undefined; // bootstrap mode or a user: no token to check here
   if (query.cell !== undefined) return undefined;
+  const access = plainAccessValues(ctx, ref);
+  if (!access) return undefined;
   let labels: string | null | undefined;
   try {
     labels = parseLabelFilters(query.label);
@@ -91,18 +91,11 @@ async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQu
     return undefined; // a 400, which the usual way gives once it has settled the caller (a 401 comes first)
   }
   const shape = pageShape(query, labels !== undefined);
-  const access = {
-    tokenHash: state.tokenHash!,
-    org: ref.org,
-    project: ref.project,
-    env: ref.env,
-  };
-  const now = ctx.clock.now();
   if (!isIndexRange(shape)) {
-    const [caller] = await rowsOf<CallerRow>(plainCheck(ctx, ref), { ...access, now: now.toISOString() });
+    const [caller] = await rowsOf<CallerRow>(plainCheck(ctx, ref), access.values);
     if (!caller) return undefined;
     const row = plainAccessRowOf(caller);
-    settlePlainCaller(state, row, ref, now);
+    settlePlainCaller(ctx.callerState, row, ref, access.now);
     // the caller is settled: a bad cursor is the usual way's 400
     const after = query.cursor === undefined ? FIRST_PAGE : lastNameOf(query.cursor);
     return pageOf(await rowsOf(preparedPage(ctx, shape), pageValues(query, row.envId, after, labels)), query);
@@ -113,15 +106,11 @@ async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQu
   } catch {
     return undefined; // as a bad label filter
   }
-  const rows = await rowsOf<EntityListRow & CallerRow>(plainPage(ctx, ref, shape), {
-    ...pageValues(query, '', after, labels),
-    ...access,
-    now: now.toISOString(),
-  });
+  const rows = await rowsOf<EntityListRow & CallerRow>(plainPage(ctx, ref, shape), { ...pageValues(query, '', after, labels), ...access.values });
   // the caller's row, first in practice; the page's rows keep their order whatever comes between them
   const callerAt = rows.findIndex((row) => row[CALLER_MARK] !== null);
   if (callerAt < 0) return undefined;
-  settlePlainCaller(state, plainAccessRowOf(rows[callerAt]!), ref, now);
+  settlePlainCaller(ctx.callerState, plainAccessRowOf(rows[callerAt]!), ref, access.now);
   return pageOf(callerAt === 0 ? rows.slice(1) : rows.filter((_, i) => i !== callerAt), query);
 }
 

@@ -9,8 +9,16 @@
  * bench/http/bare.ts` with DATABASE_URL, PORT and BARE_ENV_ID; any path
  * answers the entity named by its last segment. It imports nothing of the
  * app, so its process holds only what the floor needs.
+ *
+ * With BARE_FRAMEWORK=hono it is the floor of the architecture instead
+ * (ARCHITECTURE.md: one Hono app, served on Node by @hono/node-server): the
+ * same pool and select behind a Hono app with the one route
+ * `GET /entities/:name`, answered with `c.json`. No middleware: what Hono
+ * and its Node adapter cost on their own.
  */
-import { createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
+import { createAdaptorServer } from '@hono/node-server';
+import { Hono } from 'hono';
 import pg from 'pg';
 
 /** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
@@ -23,10 +31,32 @@ function serve(): void {
   const envId = process.env.BARE_ENV_ID;
   const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: APP_POOL_SIZE });
   pool.on('error', () => {});
-  const server = createServer((req, res) => {
+  const byName = (name: string) => pool.query({ name: 'bare_entity_by_name', text: ENTITY_BY_NAME, values: [envId, name] });
+  const server = process.env.BARE_FRAMEWORK === 'hono' ? honoServer(byName) : nodeServer(byName);
+  server.listen(Number(process.env.PORT), '127.0.0.1');
+  process.once('SIGTERM', () => {
+    server.closeAllConnections();
+    server.close(() => void pool.end().then(() => process.exit(0)));
+  });
+}
+
+type ByName = (name: string) => Promise<{ rows: unknown[] }>;
+
+function honoServer(byName: ByName): Server {
+  const app = new Hono();
+  app.get('/entities/:name', async (c) => {
+    const { rows } = await byName(c.req.param('name'));
+    return rows.length ? c.json(rows[0] as object) : c.json({ error: 'not found', code: 'not_found' }, 404);
+  });
+  // as serve() in src/node/server.ts builds it, but not yet listening
+  return createAdaptorServer({ fetch: app.fetch }) as Server;
+}
+
+function nodeServer(byName: ByName): Server {
+  return createServer((req, res) => {
     const url = req.url ?? '/';
     const name = decodeURIComponent(url.slice(url.lastIndexOf('/') + 1));
-    pool.query({ name: 'bare_entity_by_name', text: ENTITY_BY_NAME, values: [envId, name] }).then(
+    byName(name).then(
       ({ rows }) => {
         const body = rows.length ? JSON.stringify(rows[0]) : '{"error":"not found","code":"not_found"}';
         res.writeHead(rows.length ? 200 : 404, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
@@ -37,11 +67,6 @@ function serve(): void {
         res.writeHead(500).end();
       },
     );
-  });
-  server.listen(Number(process.env.PORT), '127.0.0.1');
-  process.once('SIGTERM', () => {
-    server.closeAllConnections();
-    server.close(() => void pool.end().then(() => process.exit(0)));
   });
 }
 

@@ -168,13 +168,14 @@ export async function startApp(database: AppDatabase, logFile: string, name: str
 /**
  * The bare floor (bench/http/bare.ts) as a child process on the database at
  * `databaseUrl`, answering the entities of `envId`; ready once it answers
- * `probeName`.
+ * `probeName`. `framework` 'hono' serves it through a Hono app on
+ * @hono/node-server instead of node:http alone: the architecture's floor.
  */
-export async function startBare(databaseUrl: string, envId: string, probeName: string, logFile: string): Promise<Child> {
+export async function startBare(databaseUrl: string, envId: string, probeName: string, logFile: string, framework: 'node' | 'hono' = 'node'): Promise<Child> {
   return startNode({
-    name: 'bare',
+    name: framework === 'hono' ? 'bare-hono' : 'bare',
     script: 'bench/http/bare.ts',
-    env: { DATABASE_URL: databaseUrl, BARE_ENV_ID: envId },
+    env: { DATABASE_URL: databaseUrl, BARE_ENV_ID: envId, BARE_FRAMEWORK: framework },
     port: await freePort(),
     logFile,
     readyPath: `/entities/${encodeURIComponent(probeName)}`,

@@ -1,10 +1,12 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
-import { plainAccessColumns, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
+import { plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
 import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
 import { perHandle, plainAccessValues, typeDefinitionCache } from '../one-statement';
+import { entityOf, rowsOf } from './driver-rows';
+import type { Entity } from './schemas';
 import { toEntity, type EntityRow } from './service';
 
 /**
@@ -35,15 +37,17 @@ const plainEntityRead = perHandle((db, shape, name) => {
 
 /**
  * GET .../entities/{name} for a caller without cell scopes, when the entity
- * exists: the entity, the caller settled. Undefined for anything else.
+ * exists: the entity, the caller settled. Undefined for anything else. The
+ * row is read as the driver returns it (./driver-rows.ts): the caller's
+ * columns by their aliases, the entity's by their names.
  */
-export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityRow | undefined> {
+export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Entity | undefined> {
   const access = plainAccessValues(ctx, ref);
   if (!access) return undefined;
-  const [row] = await plainEntityRead(ctx, ref).execute({ ...access.values, name });
+  const [row] = await rowsOf(plainEntityRead(ctx, ref), { ...access.values, name });
   if (!row) return undefined;
-  settlePlainCaller(ctx.callerState, row.caller, ref, access.now);
-  return row.entity;
+  settlePlainCaller(ctx.callerState, plainAccessRowOf(row), ref, access.now);
+  return entityOf(row);
 }
 
 // --- create ------------------------------------------------------------------------

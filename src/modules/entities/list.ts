@@ -7,6 +7,7 @@ import { ApiError } from '../../http/errors';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
 import { oncePerHandle, perHandle, plainAccessValues, type PathShape } from '../one-statement';
+import { entityOf, rowsOf, type EntityDriverRow } from './driver-rows';
 import { MAX_PAGE_SIZE, type Entity, type EntityListQuery } from './schemas';
 
 /**
@@ -52,7 +53,7 @@ export async function listEntities(
   return pageOf(await rowsOf(statement, pageValues(query, env.id, after, labels)), query);
 }
 
-function pageOf(rows: EntityListRow[], query: EntityListQuery): { page: Entity[]; next: string | null } {
+function pageOf(rows: EntityDriverRow[], query: EntityListQuery): { page: Entity[]; next: string | null } {
   const { page, next } = splitPage(rows, query.limit, (row) => [row.name]);
   return { page: page.map(entityOf), next };
 }
@@ -106,7 +107,7 @@ async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQu
   } catch {
     return undefined; // as a bad label filter
   }
-  const rows = await rowsOf<EntityListRow & CallerRow>(plainPage(ctx, ref, shape), { ...pageValues(query, '', after, labels), ...access.values });
+  const rows = await rowsOf<EntityDriverRow & CallerRow>(plainPage(ctx, ref, shape), { ...pageValues(query, '', after, labels), ...access.values });
   // the caller's row, first in practice; the page's rows keep their order whatever comes between them
   const callerAt = rows.findIndex((row) => row[CALLER_MARK] !== null);
   if (callerAt < 0) return undefined;
@@ -326,77 +327,6 @@ function parseLabelFilters(label: EntityListQuery['label']): string | null | und
     wanted[key] = value;
   });
   return contradictory ? null : JSON.stringify(wanted);
-}
-
-// --- rows ----------------------------------------------------------------------
-
-/** An entity row as the driver returns it: columns by their SQL names, timestamps as Postgres prints them. */
-type EntityListRow = {
-  id: string;
-  org_id: string;
-  project_id: string;
-  env_id: string;
-  entity_type_name: string;
-  name: string;
-  state: string;
-  properties: unknown;
-  labels: unknown;
-  last_synced_at: string | Date | null;
-  sync_source: string | null;
-  created_at: string | Date;
-  updated_at: string | Date;
-};
-
-/**
- * A page's rows as the driver returns them, without drizzle's row mapping:
- * a page is up to 1,000 rows, and mapping each column of each row through
- * drizzle (then each timestamp through a Date, by toEntity) was the largest
- * cost of a list request after the statement itself. Drizzle's prepared
- * statements have all() on each driver (node-postgres, PGlite, Neon): the
- * driver's rows as objects keyed by column name, read with drizzle's type
- * parsers (timestamps as text), named statements as named.
- */
-function rowsOf<Row = EntityListRow & Record<string, unknown>>(statement: unknown, values: Record<string, unknown>): Promise<Row[]> {
-  return (statement as { all(values: Record<string, unknown>): Promise<Row[]> }).all(values);
-}
-
-/** toEntity (./service.ts) of a driver's row: the same Entity, key for key, value for value. */
-function entityOf(row: EntityListRow): Entity {
-  return {
-    id: row.id,
-    entityTypeName: row.entity_type_name,
-    name: row.name,
-    state: row.state,
-    properties: jsonOf(row.properties) as Record<string, unknown>,
-    labels: jsonOf(row.labels) as Record<string, string>,
-    lastSyncedAt: row.last_synced_at === null ? null : isoTimestamp(row.last_synced_at),
-    syncSource: row.sync_source,
-    createdAt: isoTimestamp(row.created_at),
-    updatedAt: isoTimestamp(row.updated_at),
-    orgId: row.org_id,
-    projectId: row.project_id,
-    envId: row.env_id,
-  };
-}
-
-/** A jsonb value as drizzle maps it: drivers parse it, but text is parsed here. */
-const jsonOf = (value: unknown): unknown => (typeof value === 'string' ? JSON.parse(value) : value);
-
-/** How Postgres prints a timestamptz in UTC, years 1000–9999: `2026-11-21 10:20:00.123456+00`, fraction optional. */
-const UTC_TEXT = /^([1-9]\d{3}-\d\d-\d\d) (\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?\+00$/;
-
-/**
- * A timestamptz as the API writes it, `new Date(text).toISOString()` as
- * drizzle and toEntity make it: the milliseconds truncated, in UTC. Text
- * in UTC is rewritten without a Date; anything else (another session time
- * zone, a year outside 1000–9999) goes through one.
- */
-function isoTimestamp(value: string | Date): string {
-  if (typeof value !== 'string') return value.toISOString();
-  const utc = UTC_TEXT.exec(value);
-  if (!utc) return new Date(value).toISOString();
-  const fraction = utc[3] ?? '';
-  return `${utc[1]}T${utc[2]}.${fraction.length >= 3 ? fraction.slice(0, 3) : fraction.padEnd(3, '0')}Z`;
 }
 
 /**

@@ -216,7 +216,7 @@ export async function visibleEntity(ctx: ServiceContext, envId: string, name: st
 export async function getEntity(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Entity> {
   // one round trip when the answer is a plain 200 (fast-paths.ts); otherwise the checks below answer
   const plain = await readEntityPlainly(ctx, ref, name);
-  if (plain) return toEntity(plain);
+  if (plain) return plain;
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const scope = await callerCellScope(ctx, project.id);
   return toEntity(await visibleEntity(ctx, env.id, name, scope));

@@ -7,6 +7,7 @@ import {
   templateReferences,
   type InterpolationContext,
 } from '../../src/runs/interpolation';
+import { interpolateTrigger, type WebhookTrigger } from '../../src/runs/trigger-kinds/webhook';
 
 const context: InterpolationContext = {
   secrets: { 'api-token': 's3cr3t', 'dotted.name': 'dot' },
@@ -71,5 +72,45 @@ describe('interpolation', () => {
 
   it('leaves strings without templates and non-string values alone', () => {
     expect(interpolate({ n: 1, b: false, z: null, s: 'plain {braces}' }, context)).toEqual({ n: 1, b: false, z: null, s: 'plain {braces}' });
+  });
+});
+
+describe('a webhook trigger interpolated (interpolateTrigger)', () => {
+  const trigger = (fields: Partial<WebhookTrigger>): WebhookTrigger => ({
+    type: 'webhook',
+    url: 'https://ci.example.com/hooks/{{ entity.name }}',
+    method: 'POST',
+    retry: { maxAttempts: 3, backoff: 'exponential', initialDelayMs: 1000 },
+    ...fields,
+  });
+
+  it('resolves the URL (encoded), the payload, the headers and the signing secret in one pass', () => {
+    const { trigger: resolved, signingSecret } = interpolateTrigger(
+      trigger({ payload: { region: '{{ parameters.region }}', replicas: '{{ parameters.replicas }}' }, headers: { 'x-run': '{{ run.id }}' }, signingSecret: '{{ secrets.api-token }}' }),
+      context,
+    );
+    expect(resolved.url).toBe('https://ci.example.com/hooks/checkout%2Fapi');
+    expect(resolved.payload).toEqual({ region: 'eu-west-1', replicas: 3 });
+    expect(resolved.headers).toEqual({ 'x-run': 'r-1' });
+    expect(signingSecret).toBe('s3cr3t');
+  });
+
+  it('names every unknown reference of every part at once: URL, payload, headers and signing secret', () => {
+    let thrown: unknown;
+    try {
+      interpolateTrigger(
+        trigger({
+          url: 'https://ci.example.com/{{ parameters.nope }}',
+          payload: { a: '{{ entity.properties.missing }}' },
+          headers: { 'x-a': '{{ run.unknown }}' },
+          signingSecret: '{{ secrets.absent }}',
+        }),
+        context,
+      );
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(InterpolationError);
+    expect((thrown as InterpolationError).unknownReferences.sort()).toEqual(['entity.properties.missing', 'parameters.nope', 'run.unknown', 'secrets.absent']);
   });
 });

@@ -82,7 +82,15 @@ export function interpolateTrigger(
   context: InterpolationContext,
 ): { trigger: WebhookTrigger; signingSecret?: string } {
   const { url, signingSecret, ...rest } = trigger;
-  // every unknown reference at once, not the first field's
+  try {
+    return {
+      trigger: { ...interpolate(rest, context), url: interpolateText(url, context, { encode: encodeURIComponent }) },
+      signingSecret: signingSecret === undefined ? undefined : interpolateText(signingSecret, context),
+    };
+  } catch (error) {
+    if (!(error instanceof InterpolationError)) throw error;
+  }
+  // every unknown reference at once, not the first field's: only a trigger that refers to something unknown pays for the second pass
   const unknown = [url, signingSecret ?? '', rest].flatMap((part) => {
     try {
       interpolate(part, context);
@@ -92,11 +100,7 @@ export function interpolateTrigger(
       throw error;
     }
   });
-  if (unknown.length > 0) throw new InterpolationError([...new Set(unknown)]);
-  return {
-    trigger: { ...interpolate(rest, context), url: interpolateText(url, context, { encode: encodeURIComponent }) },
-    signingSecret: signingSecret === undefined ? undefined : interpolateText(signingSecret, context),
-  };
+  throw new InterpolationError([...new Set(unknown)]);
 }
 
 // --- definition --------------------------------------------------------------

@@ -428,7 +428,7 @@ export const httpBench: Benchmark = {
       }
 
       if (sections.has('load')) printRows('Sustained mixed load (Postgres)', await mixedLoad(target, seeded, settings));
-      if (sections.has('deliveries')) printRows('Deliveries (Postgres)', await measureDeliveries(target));
+      if (sections.has('deliveries')) printRows('Deliveries (Postgres)', await measureDeliveries(target, postgres.url, envId));
       if (sections.has('stream')) printRows('Change stream cost (Postgres)', await measureStreamCost(target));
       await app.stop();
       if (!sections.has('pglite')) {

@@ -15,6 +15,13 @@
  *   not racing the triggers for the server's CPU. Every run must arrive; a
  *   webhook-id seen twice is reported.
  *
+ * Beside each, not a target: the least work the row's path must do, written
+ * bare in this process against the same database (`leastWork` below): for
+ * the trigger, an HTTP request in, the entity read, the run inserted and
+ * committed, and the HTTP request out; for the deliveries, the bare fetch
+ * loop with each delivery's outcome written and committed. They show how
+ * much of a target the database writes alone leave on this machine.
+ *
  * The child must be started with OUTBOUND_ALLOWED_HOSTS=127.0.0.1: the
  * outbound guard refuses loopback receivers otherwise (any port of that host
  * passes, so the receiver's port need not be known in advance). Its
@@ -26,6 +33,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import pg from 'pg';
 import { positiveInteger } from '../harness';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
@@ -158,7 +166,57 @@ async function inParallel(count: number, concurrency: number, work: () => Promis
   );
 }
 
-export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
+/**
+ * The least work of the two rows, bare: `pg` (a pool of the app's size, named
+ * statements) and node:http, in this process, on the app's database. Its own
+ * table, dropped at the end, so the app's tables are not touched.
+ *
+ * - `trigger()`: a fetch to a bare node:http server here that reads the
+ *   entity by name, inserts a run row (autocommit: its own WAL flush) and
+ *   answers 202, then posts the run to the receiver with `fetch`; resolves
+ *   with the run's id.
+ * - `record(id)`: what a delivery must write once answered: one row, committed.
+ */
+async function leastWork(databaseUrl: string, envId: string, entityName: string, receiverUrl: string) {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
+  await pool.query('create table if not exists bench_least_work (id uuid primary key, entity_id uuid not null, body jsonb not null, created_at timestamptz not null default now())');
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', async () => {
+      try {
+        const { rows: [entity] } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
+        const id = crypto.randomUUID();
+        const body = JSON.stringify({ vm: entity.name, runId: id });
+        await pool.query({ name: 'least_run', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $2, $3)', values: [id, entity.id, body] });
+        res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
+        const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
+        await sent.arrayBuffer();
+      } catch (error) {
+        if (!res.headersSent) res.writeHead(500).end(String(error));
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    trigger: async (): Promise<string> => {
+      const res = await fetch(url, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+      if (res.status !== 202) throw new Error(`least-work trigger: ${res.status} ${await res.text()}`);
+      return ((await res.json()) as { id: string }).id;
+    },
+    record: async (): Promise<void> => {
+      await pool.query({ name: 'least_record', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $1, $2)', values: [crypto.randomUUID(), '{"outcome":"delivered"}'] });
+    },
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+      await pool.query('drop table if exists bench_least_work');
+      await pool.end();
+    },
+  };
+}
+
+export async function measureDeliveries(target: HttpTarget, databaseUrl: string, envId: string): Promise<Row[]> {
   const latencyRuns = positiveInteger('BENCH_HTTP_LATENCY_RUNS', 200);
   const maxRuns = positiveInteger('BENCH_HTTP_RUNS', 2000);
   const project = target.env.replace(/\/envs\/[^/]+$/, '');
@@ -166,6 +224,7 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
   const suffix = randomBytes(3).toString('hex');
   const entityType = `bench-vm-${suffix}`;
   const receiver = await startReceiver();
+  let closeLeast: (() => Promise<void>) | undefined;
   try {
     await callApi(target, 'POST', `${project}/entity-types`, 201, { kind: 'EntityType', name: entityType, states: ['new'], initialState: 'new' });
     await callApi(target, 'POST', `${target.env}/entities`, 201, { kind: 'Entity', entityType, name: 'web-1' });
@@ -181,6 +240,8 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
       },
     });
     const triggerPath = `${target.env}/entities/web-1/actions/deploy`;
+    const least = await leastWork(databaseUrl, envId, 'web-1', receiver.url);
+    closeLeast = least.close;
     const trigger = async () => ((await callApi(target, 'POST', triggerPath, 202, {})) as { id: string }).id;
     const bareFetch = async () => {
       const res = await fetch(`${receiver.url}/bare`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
@@ -192,11 +253,13 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
     for (let i = 0; i < warm; i++) {
       await receiver.arrival(await trigger());
       await bareFetch();
+      await receiver.arrival(await least.trigger());
     }
     const latency: number[] = [];
     /** The trigger's own answer: the part of the latency that is a request, not the runner. */
     const answered: number[] = [];
     const bare: number[] = [];
+    const leastLatency: number[] = [];
     for (let i = 0; i < latencyRuns; i++) {
       let started = performance.now();
       const id = await trigger();
@@ -205,6 +268,8 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
       started = performance.now();
       await bareFetch();
       bare.push(performance.now() - started);
+      started = performance.now();
+      leastLatency.push((await receiver.arrival(await least.trigger())) - started);
     }
 
     // deliveries per second: a backlog, queued while the runner's slots wait on held attempts
@@ -239,10 +304,17 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
     const bareStarted = performance.now();
     await inParallel(backlog, IN_FLIGHT, bareFetch);
     const fetched = backlog / ((performance.now() - bareStarted) / 1000);
+    const recordedStarted = performance.now();
+    await inParallel(backlog, IN_FLIGHT, async () => {
+      await bareFetch();
+      await least.record();
+    });
+    const recorded = backlog / ((performance.now() - recordedStarted) / 1000);
 
     const l = summary(latency);
     const a = summary(answered);
     const b = summary(bare);
+    const w = summary(leastLatency);
     return [
       atMost(
         'trigger → first delivery p50',
@@ -263,8 +335,25 @@ export async function measureDeliveries(target: HttpTarget): Promise<Row[]> {
           `every run delivered, ${duplicates} twice or more; floor: ${backlog} bare fetches, ${IN_FLIGHT} in flight; ` +
           `the server's CPU over the drain: ${((drainCpu / backlog) * 1000).toFixed(0)} µs per delivery (monotonic µs ${drainFrom}–${drainTo}, to cut a profile to it)`,
       ),
+      atMost(
+        '  least work: trigger → delivery p50',
+        w.p50,
+        b.p50,
+        'ms',
+        3,
+        `not a target: a bare node:http server in the bench reading the entity, inserting a run (committed), answering 202, then fetching the receiver; p99 ${w.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / w.p50).toFixed(2)}×`,
+      ),
+      atLeast(
+        '  least work: deliveries/s with a write each',
+        recorded,
+        fetched,
+        'deliveries/s',
+        0.5,
+        `not a target: the bare fetch loop, ${IN_FLIGHT} in flight, each delivery followed by one committed insert; the app ÷ this: ${(delivered / recorded).toFixed(2)}×`,
+      ),
     ];
   } finally {
+    await closeLeast?.();
     await receiver.close();
   }
 }

@@ -66,7 +66,7 @@ export function createApp(platform: Platform) {
     const started = Date.now();
     await next();
     platform.logger.info('request', {
-      requestId: c.var.requestId,
+      requestId: c.get('requestId'),
       method: c.req.method,
       path: c.req.path,
       status: c.res.status,

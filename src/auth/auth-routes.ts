@@ -20,7 +20,7 @@ export const authHandler =
       await refuseHostileAuthBody(c.req.raw);
       const response = await auth.handler(withoutStrayFetchMetadata(c.req.raw));
       const answer = response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
-      return withApiHeaders(answer, { 'X-Request-Id': c.var.requestId, ...c.var.rateLimitHeaders });
+      return withApiHeaders(answer, { 'X-Request-Id': c.get('requestId'), ...c.get('rateLimitHeaders') });
     } finally {
       const released = lease.release();
       if (platform.executionContext) c.executionCtx.waitUntil(released);

@@ -74,7 +74,7 @@ export function requireSuperAdmin(ctx: Pick<ServiceContext, 'callerState' | 'con
  * way in.
  */
 export const userSessionOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
-  requireUserSession(c.var.services);
+  requireUserSession(c.get('services'));
   await next();
 };
 
@@ -84,12 +84,12 @@ export const isLocalOperator = (ctx: Pick<ServiceContext, 'callerState'>): boole
 
 /** userSessionOnly, letting the local-first CLI's operator through too: GET /orgs. */
 export const userSessionOrLocalOperator: MiddlewareHandler<AppEnv> = async (c, next) => {
-  if (!isLocalOperator(c.var.services)) requireUserSession(c.var.services);
+  if (!isLocalOperator(c.get('services'))) requireUserSession(c.get('services'));
   await next();
 };
 
 /** The same for the super-admin routes: 401 without a session, 403 for any other user, before validation. */
 export const superAdminOnly: MiddlewareHandler<AppEnv> = async (c, next) => {
-  requireSuperAdmin(c.var.services);
+  requireSuperAdmin(c.get('services'));
   await next();
 };

@@ -14,10 +14,10 @@ export const handleError = (logger: Logger) => (err: Error, c: Context<AppEnv>) 
   if (apiError) return c.json(apiError.toBody(), apiError.status);
   if (clientGone(err, c)) {
     // not a fault of the server: nobody is left to answer, and nothing was written
-    logger.info('client closed the request before it was read', { requestId: c.var.requestId, method: c.req.method, path: c.req.path });
+    logger.info('client closed the request before it was read', { requestId: c.get('requestId'), method: c.req.method, path: c.req.path });
     return c.json({ error: 'the client closed the request before it was read', code: 'request_aborted' }, 400);
   }
-  const requestId = c.var.requestId;
+  const requestId = c.get('requestId');
   logger.error('unhandled error', { requestId, method: c.req.method, path: c.req.path, error: err });
   return c.json({ error: `internal error (request id ${requestId})`, code: 'internal' }, 500);
 };

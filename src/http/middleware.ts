@@ -119,7 +119,7 @@ export const requestContext =
             bootstrap: platform.bootstrap,
             auth,
             authSecret: platform.config.authSecret,
-            knownTokenHash: c.var.serviceTokenHash,
+            knownTokenHash: c.get('serviceTokenHash'),
             localOperator: platform.localOperator,
           })
         : new CallerState(undefined, undefined);
@@ -142,7 +142,7 @@ export const requestContext =
         mailer: platform.mailer,
         auth,
         changedEnvironments: new Set(),
-        requestId: c.var.requestId,
+        requestId: c.get('requestId'),
       };
       c.set('services', services);
       await next();

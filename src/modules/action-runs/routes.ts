@@ -34,7 +34,7 @@ actionRunRoutes.openapi(
     const headers = c.req.valid('header');
     const body = c.req.header('content-type') ? c.req.valid('json') : {};
     const { run, replayed } = await triggerAction(
-      c.var.services,
+      c.get('services'),
       { org: params.o, project: params.p, env: params.envName },
       params.name,
       params.actionName,
@@ -64,7 +64,7 @@ actionRunRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName } = c.req.valid('param');
-    const { rows, next } = await listRuns(c.var.services, { org: o, project: p, env: envName }, c.req.valid('query'));
+    const { rows, next } = await listRuns(c.get('services'), { org: o, project: p, env: envName }, c.req.valid('query'));
     announceNextPage(c, next);
     return c.json(rows, 200);
   },
@@ -86,7 +86,7 @@ actionRunRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, id } = c.req.valid('param');
-    return c.json(await getRun(c.var.services, { org: o, project: p, env: envName }, id), 200);
+    return c.json(await getRun(c.get('services'), { org: o, project: p, env: envName }, id), 200);
   },
 );
 
@@ -106,7 +106,7 @@ actionRunRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, id } = c.req.valid('param');
-    return c.json(await cancelRunRequest(c.var.services, { org: o, project: p, env: envName }, id), 200);
+    return c.json(await cancelRunRequest(c.get('services'), { org: o, project: p, env: envName }, id), 200);
   },
 );
 
@@ -121,7 +121,7 @@ type CallbackEnv = { Variables: AppEnv['Variables'] & { callbackClaims: Callback
 export const actionRunCallbackRoutes = new OpenAPIHono<CallbackEnv>();
 
 const callbackTokenFirst: MiddlewareHandler<CallbackEnv> = async (c, next) => {
-  c.set('callbackClaims', await authenticateCallback(c.var.services, c.req.param('id') ?? '', c.req.header('authorization')));
+  c.set('callbackClaims', await authenticateCallback(c.get('services'), c.req.param('id') ?? '', c.req.header('authorization')));
   await next();
 };
 
@@ -146,10 +146,10 @@ actionRunCallbackRoutes.openapi(
   async (c) => {
     const { o, p, envName, id } = c.req.valid('param');
     const run = await completeRunByCallback(
-      c.var.services,
+      c.get('services'),
       { org: o, project: p, env: envName },
       id,
-      c.var.callbackClaims,
+      c.get('callbackClaims'),
       c.req.valid('json'),
     );
     return c.json(run, 200);

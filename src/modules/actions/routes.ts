@@ -28,7 +28,7 @@ actionRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await listActions(c.var.services, { org: o, project: p }), 200);
+    return c.json(await listActions(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -48,7 +48,7 @@ actionRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await createAction(c.var.services, { org: o, project: p }, c.req.valid('json')), 201);
+    return c.json(await createAction(c.get('services'), { org: o, project: p }, c.req.valid('json')), 201);
   },
 );
 
@@ -68,7 +68,7 @@ actionRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await getAction(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await getAction(c.get('services'), { org: o, project: p }, name), 200);
   },
 );
 
@@ -88,7 +88,7 @@ actionRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await updateAction(c.var.services, { org: o, project: p }, name, c.req.valid('json')), 200);
+    return c.json(await updateAction(c.get('services'), { org: o, project: p }, name, c.req.valid('json')), 200);
   },
 );
 
@@ -108,7 +108,7 @@ actionRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await deleteAction(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await deleteAction(c.get('services'), { org: o, project: p }, name), 200);
   },
 );
 
@@ -129,6 +129,6 @@ actionRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, name } = c.req.valid('param');
-    return c.json(await listEntityActions(c.var.services, { org: o, project: p, env: envName }, name), 200);
+    return c.json(await listEntityActions(c.get('services'), { org: o, project: p, env: envName }, name), 200);
   },
 );

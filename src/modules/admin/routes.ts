@@ -44,7 +44,7 @@ adminRoutes.openapi(
       ...errorResponses(401, 403),
     },
   }),
-  async (c) => c.json(await listOrgs(c.var.services), 200),
+  async (c) => c.json(await listOrgs(c.get('services')), 200),
 );
 
 adminRoutes.openapi(
@@ -62,7 +62,7 @@ adminRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await getOrgDetail(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await getOrgDetail(c.get('services'), c.req.valid('param').id), 200),
 );
 
 adminRoutes.openapi(
@@ -80,7 +80,7 @@ adminRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await setOrgSuspension(c.var.services, c.req.valid('param').id, true), 200),
+  async (c) => c.json(await setOrgSuspension(c.get('services'), c.req.valid('param').id, true), 200),
 );
 
 adminRoutes.openapi(
@@ -98,7 +98,7 @@ adminRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await setOrgSuspension(c.var.services, c.req.valid('param').id, false), 200),
+  async (c) => c.json(await setOrgSuspension(c.get('services'), c.req.valid('param').id, false), 200),
 );
 
 adminRoutes.openapi(
@@ -116,7 +116,7 @@ adminRoutes.openapi(
       ...errorResponses(400, 401, 403),
     },
   }),
-  async (c) => c.json(await listAudit(c.var.services, c.req.valid('query')), 200),
+  async (c) => c.json(await listAudit(c.get('services'), c.req.valid('query')), 200),
 );
 
 adminRoutes.openapi(
@@ -133,7 +133,7 @@ adminRoutes.openapi(
       ...errorResponses(401, 403),
     },
   }),
-  async (c) => c.json(await metricsOverview(c.var.services), 200),
+  async (c) => c.json(await metricsOverview(c.get('services')), 200),
 );
 
 adminRoutes.openapi(
@@ -151,7 +151,7 @@ adminRoutes.openapi(
       ...errorResponses(400, 401, 403, 404),
     },
   }),
-  async (c) => c.json(await nukeProject(c.var.services, c.req.valid('param').projectId), 200),
+  async (c) => c.json(await nukeProject(c.get('services'), c.req.valid('param').projectId), 200),
 );
 
 adminRoutes.openapi(
@@ -168,5 +168,5 @@ adminRoutes.openapi(
       ...errorResponses(401, 403),
     },
   }),
-  async (c) => c.json(await listGithubInstallations(c.var.services), 200),
+  async (c) => c.json(await listGithubInstallations(c.get('services')), 200),
 );

@@ -37,6 +37,6 @@ batchRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName } = c.req.valid('param');
-    return c.json(await applyBatch(c.var.services, { org: o, project: p, env: envName }, c.req.valid('json')), 200);
+    return c.json(await applyBatch(c.get('services'), { org: o, project: p, env: envName }, c.req.valid('json')), 200);
   },
 );

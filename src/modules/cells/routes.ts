@@ -38,7 +38,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await listCells(c.var.services, { org: o, project: p }), 200);
+    return c.json(await listCells(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -59,7 +59,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await createCell(c.var.services, { org: o, project: p }, c.req.valid('json')), 201);
+    return c.json(await createCell(c.get('services'), { org: o, project: p }, c.req.valid('json')), 201);
   },
 );
 
@@ -79,7 +79,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await readCell(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await readCell(c.get('services'), { org: o, project: p }, name), 200);
   },
 );
 
@@ -100,7 +100,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await replaceCell(c.var.services, { org: o, project: p }, name, c.req.valid('json')), 200);
+    return c.json(await replaceCell(c.get('services'), { org: o, project: p }, name, c.req.valid('json')), 200);
   },
 );
 
@@ -120,7 +120,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await deleteCell(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await deleteCell(c.get('services'), { org: o, project: p }, name), 200);
   },
 );
 
@@ -140,7 +140,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await listCellMembers(c.var.services, { org: o, project: p }, name, c.req.valid('query')), 200);
+    return c.json(await listCellMembers(c.get('services'), { org: o, project: p }, name, c.req.valid('query')), 200);
   },
 );
 
@@ -160,7 +160,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    await addCellMember(c.var.services, { org: o, project: p }, name, c.req.valid('query'), c.req.valid('json'));
+    await addCellMember(c.get('services'), { org: o, project: p }, name, c.req.valid('query'), c.req.valid('json'));
     return c.body(null, 201);
   },
 );
@@ -181,7 +181,7 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name, entityName } = c.req.valid('param');
-    await removeCellMember(c.var.services, { org: o, project: p }, name, entityName, c.req.valid('query'));
+    await removeCellMember(c.get('services'), { org: o, project: p }, name, entityName, c.req.valid('query'));
     return c.body(null, 200);
   },
 );
@@ -202,6 +202,6 @@ cellRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await recommendPlacement(c.var.services, { org: o, project: p }, name, c.req.valid('query')), 200);
+    return c.json(await recommendPlacement(c.get('services'), { org: o, project: p }, name, c.req.valid('query')), 200);
   },
 );

@@ -39,8 +39,8 @@ changeRoutes.openapi(
       after = Number(header.trim());
     }
     // a stream written straight to its socket (the Node host) would lose the headers prepared on the context
-    const headers = c.var.rateLimitHeaders ?? {};
-    return openEntityStream(c.var.services, { org: o, project: p, env: envName }, filters, after, { raw: c.env, headers });
+    const headers = c.get('rateLimitHeaders') ?? {};
+    return openEntityStream(c.get('services'), { org: o, project: p, env: envName }, filters, after, { raw: c.env, headers });
   },
 );
 
@@ -61,6 +61,6 @@ changeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName } = c.req.valid('param');
-    return c.json(await listChanges(c.var.services, { org: o, project: p, env: envName }, c.req.valid('query')), 200);
+    return c.json(await listChanges(c.get('services'), { org: o, project: p, env: envName }, c.req.valid('query')), 200);
   },
 );

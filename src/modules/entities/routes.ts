@@ -57,7 +57,7 @@ entityRoutes.openapi(
     },
   }),
   async (c) => {
-    const { page, next } = await listEntities(c.var.services, envRef(c.req.valid('param')), c.req.valid('query'));
+    const { page, next } = await listEntities(c.get('services'), envRef(c.req.valid('param')), c.req.valid('query'));
     announceNextPage(c, next);
     return c.json(page, 200);
   },
@@ -79,7 +79,7 @@ entityRoutes.openapi(
       ...errorResponses(400, 401, 403, 404, 409, 413),
     },
   }),
-  async (c) => c.json(await createEntity(c.var.services, envRef(c.req.valid('param')), c.req.valid('json')), 201),
+  async (c) => c.json(await createEntity(c.get('services'), envRef(c.req.valid('param')), c.req.valid('json')), 201),
 );
 
 // before ENTITY: `metrics` is a route, not an entity name (ENTITIES/stream is kept free likewise)
@@ -98,7 +98,7 @@ entityRoutes.openapi(
       ...errorResponses(400, 401, 403, 404),
     },
   }),
-  async (c) => c.json(await getBatchMetrics(c.var.services, envRef(c.req.valid('param')), c.req.valid('query')), 200),
+  async (c) => c.json(await getBatchMetrics(c.get('services'), envRef(c.req.valid('param')), c.req.valid('query')), 200),
 );
 
 entityRoutes.openapi(
@@ -117,7 +117,7 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await getEntity(c.var.services, envRef(env), name), 200);
+    return c.json(await getEntity(c.get('services'), envRef(env), name), 200);
   },
 );
 
@@ -140,7 +140,7 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await updateEntity(c.var.services, envRef(env), name, c.req.valid('json')), 200);
+    return c.json(await updateEntity(c.get('services'), envRef(env), name, c.req.valid('json')), 200);
   },
 );
 
@@ -160,7 +160,7 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await deleteEntity(c.var.services, envRef(env), name), 200);
+    return c.json(await deleteEntity(c.get('services'), envRef(env), name), 200);
   },
 );
 
@@ -180,7 +180,7 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await getEntityMetrics(c.var.services, envRef(env), name), 200);
+    return c.json(await getEntityMetrics(c.get('services'), envRef(env), name), 200);
   },
 );
 
@@ -202,7 +202,7 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, metricName, ...env } = c.req.valid('param');
-    return c.json(await setEntityMetric(c.var.services, envRef(env), name, metricName, c.req.valid('json').value), 200);
+    return c.json(await setEntityMetric(c.get('services'), envRef(env), name, metricName, c.req.valid('json').value), 200);
   },
 );
 
@@ -224,7 +224,7 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await stampEntitySync(c.var.services, envRef(env), name, c.req.valid('json')), 200);
+    return c.json(await stampEntitySync(c.get('services'), envRef(env), name, c.req.valid('json')), 200);
   },
 );
 
@@ -246,6 +246,6 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await getEntityDrift(c.var.services, envRef(env), name), 200);
+    return c.json(await getEntityDrift(c.get('services'), envRef(env), name), 200);
   },
 );

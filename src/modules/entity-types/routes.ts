@@ -24,7 +24,7 @@ entityTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await listEntityTypes(c.var.services, { org: o, project: p }), 200);
+    return c.json(await listEntityTypes(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -45,7 +45,7 @@ entityTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await createEntityType(c.var.services, { org: o, project: p }, c.req.valid('json')), 201);
+    return c.json(await createEntityType(c.get('services'), { org: o, project: p }, c.req.valid('json')), 201);
   },
 );
 
@@ -65,7 +65,7 @@ entityTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await getEntityType(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await getEntityType(c.get('services'), { org: o, project: p }, name), 200);
   },
 );
 
@@ -86,7 +86,7 @@ entityTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await updateEntityType(c.var.services, { org: o, project: p }, name, c.req.valid('json')), 200);
+    return c.json(await updateEntityType(c.get('services'), { org: o, project: p }, name, c.req.valid('json')), 200);
   },
 );
 
@@ -107,6 +107,6 @@ entityTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await deleteEntityType(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await deleteEntityType(c.get('services'), { org: o, project: p }, name), 200);
   },
 );

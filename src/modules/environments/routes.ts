@@ -22,7 +22,7 @@ environmentRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await listEnvironments(c.var.services, { org: o, project: p }), 200);
+    return c.json(await listEnvironments(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -42,7 +42,7 @@ environmentRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await createEnvironment(c.var.services, { org: o, project: p }, c.req.valid('json').name), 201);
+    return c.json(await createEnvironment(c.get('services'), { org: o, project: p }, c.req.valid('json').name), 201);
   },
 );
 
@@ -63,6 +63,6 @@ environmentRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await deleteEnvironment(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await deleteEnvironment(c.get('services'), { org: o, project: p }, name), 200);
   },
 );

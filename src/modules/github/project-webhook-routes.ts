@@ -84,7 +84,7 @@ export function projectWebhookRoutes(platform: Platform): OpenAPIHono<AppEnv> {
     }),
     async (c) => {
       const { o, p } = c.req.valid('param');
-      await receiveProjectWebhook(c.var.services, {
+      await receiveProjectWebhook(c.get('services'), {
         org: o,
         project: p,
         event: c.req.header('x-github-event'),

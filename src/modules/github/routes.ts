@@ -58,7 +58,7 @@ githubRoutes.openapi(
       ...errorResponses(400, 401, 403, 404, 413, 503),
     },
   }),
-  async (c) => c.json(await createInstallUrl(c.var.services, c.req.valid('json')), 200),
+  async (c) => c.json(await createInstallUrl(c.get('services'), c.req.valid('json')), 200),
 );
 
 githubRoutes.openapi(
@@ -77,7 +77,7 @@ githubRoutes.openapi(
       ...errorResponses(400, 401, 403, 404, 409, 413, 502, 503),
     },
   }),
-  async (c) => c.json({ installation: await recoverInstallation(c.var.services, c.req.valid('json')) }, 200),
+  async (c) => c.json({ installation: await recoverInstallation(c.get('services'), c.req.valid('json')) }, 200),
 );
 
 githubRoutes.openapi(
@@ -96,7 +96,7 @@ githubRoutes.openapi(
       ...errorResponses(400, 401, 403, 404, 503),
     },
   }),
-  async (c) => c.json({ installation: await deleteInstallation(c.var.services, c.req.valid('param').id) }, 200),
+  async (c) => c.json({ installation: await deleteInstallation(c.get('services'), c.req.valid('param').id) }, 200),
 );
 
 const repoLinkPath = '/{o}/{p}/github/repos/{owner}/{repo}';
@@ -118,7 +118,7 @@ githubRoutes.openapi(
   }),
   async (c) => {
     const params = c.req.valid('param');
-    return c.json(await getRepoLink(c.var.services, projectRef(params), params), 200);
+    return c.json(await getRepoLink(c.get('services'), projectRef(params), params), 200);
   },
 );
 
@@ -139,7 +139,7 @@ githubRoutes.openapi(
   }),
   async (c) => {
     const params = c.req.valid('param');
-    const { link, created } = await putRepoLink(c.var.services, projectRef(params), params);
+    const { link, created } = await putRepoLink(c.get('services'), projectRef(params), params);
     return created ? c.json(link, 201) : c.json(link, 200);
   },
 );
@@ -160,7 +160,7 @@ githubRoutes.openapi(
   }),
   async (c) => {
     const params = c.req.valid('param');
-    return c.json(await deleteRepoLink(c.var.services, projectRef(params), params), 200);
+    return c.json(await deleteRepoLink(c.get('services'), projectRef(params), params), 200);
   },
 );
 
@@ -173,7 +173,7 @@ type CallbackEnv = { Variables: AppEnv['Variables'] & { installState: InstallSta
 
 /** The state is the callback's credential: checked before the query is validated, as a token is elsewhere. */
 const installStateFirst: MiddlewareHandler<CallbackEnv> = async (c, next) => {
-  c.set('installState', await authenticateInstallState(c.var.services, c.req.query('state')));
+  c.set('installState', await authenticateInstallState(c.get('services'), c.req.query('state')));
   await next();
 };
 
@@ -214,7 +214,7 @@ export function githubSignedRoutes(platform: Platform): OpenAPIHono<AppEnv> {
       },
     }),
     async (c) => {
-      const outcome = await receiveAppWebhook(c.var.services, {
+      const outcome = await receiveAppWebhook(c.get('services'), {
         event: c.req.header('x-github-event'),
         deliveryId: c.req.header('x-github-delivery'),
         signature: c.req.header('x-hub-signature-256'),
@@ -247,8 +247,8 @@ export function githubSignedRoutes(platform: Platform): OpenAPIHono<AppEnv> {
     }),
     async (c) => {
       const { installation_id: installationId } = c.req.valid('query');
-      const { installation, orgSlug } = await completeInstallCallback(c.var.services, c.var.installState, installationId);
-      const ui = c.var.services.config.uiBaseUrl;
+      const { installation, orgSlug } = await completeInstallCallback(c.get('services'), c.get('installState'), installationId);
+      const ui = c.get('services').config.uiBaseUrl;
       if (ui) {
         const target = `${ui}/orgs/${encodeURIComponent(orgSlug)}/integrations/github?installation_id=${installation.installationId}&status=${installation.status}`;
         return c.redirect(target, 303);

@@ -35,7 +35,7 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await listGraphViews(c.var.services, { org: o, project: p }), 200);
+    return c.json(await listGraphViews(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -56,7 +56,7 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await createGraphView(c.var.services, { org: o, project: p }, c.req.valid('json')), 201);
+    return c.json(await createGraphView(c.get('services'), { org: o, project: p }, c.req.valid('json')), 201);
   },
 );
 
@@ -78,7 +78,7 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await getDefaultGraphView(c.var.services, { org: o, project: p }), 200);
+    return c.json(await getDefaultGraphView(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -98,7 +98,7 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p, id } = c.req.valid('param');
-    return c.json(await getGraphView(c.var.services, { org: o, project: p }, id), 200);
+    return c.json(await getGraphView(c.get('services'), { org: o, project: p }, id), 200);
   },
 );
 
@@ -118,7 +118,7 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p, id } = c.req.valid('param');
-    return c.json(await updateGraphView(c.var.services, { org: o, project: p }, id, c.req.valid('json')), 200);
+    return c.json(await updateGraphView(c.get('services'), { org: o, project: p }, id, c.req.valid('json')), 200);
   },
 );
 
@@ -138,7 +138,7 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p, id } = c.req.valid('param');
-    return c.json(await deleteGraphView(c.var.services, { org: o, project: p }, id), 200);
+    return c.json(await deleteGraphView(c.get('services'), { org: o, project: p }, id), 200);
   },
 );
 
@@ -158,6 +158,6 @@ graphViewRoutes.openapi(
   }),
   async (c) => {
     const { o, p, id } = c.req.valid('param');
-    return c.json(await setDefaultGraphView(c.var.services, { org: o, project: p }, id), 200);
+    return c.json(await setDefaultGraphView(c.get('services'), { org: o, project: p }, id), 200);
   },
 );

@@ -25,7 +25,7 @@ memberRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await listMembers(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await listMembers(c.get('services'), c.req.valid('param').id), 200),
 );
 
 memberRoutes.openapi(
@@ -46,7 +46,7 @@ memberRoutes.openapi(
       ...errorResponses(400, 401, 403, 404, 413),
     },
   }),
-  async (c) => c.json(await provisionMember(c.var.services, c.req.valid('param').id, c.req.valid('json')), 201),
+  async (c) => c.json(await provisionMember(c.get('services'), c.req.valid('param').id, c.req.valid('json')), 201),
 );
 
 memberRoutes.openapi(
@@ -68,7 +68,7 @@ memberRoutes.openapi(
   }),
   async (c) => {
     const { id, userId } = c.req.valid('param');
-    return c.json(await changeMemberRole(c.var.services, id, userId, c.req.valid('json').role), 200);
+    return c.json(await changeMemberRole(c.get('services'), id, userId, c.req.valid('json').role), 200);
   },
 );
 
@@ -91,7 +91,7 @@ memberRoutes.openapi(
   }),
   async (c) => {
     const { id, userId } = c.req.valid('param');
-    return c.json(await removeMember(c.var.services, id, userId), 200);
+    return c.json(await removeMember(c.get('services'), id, userId), 200);
   },
 );
 
@@ -110,5 +110,5 @@ memberRoutes.openapi(
       ...errorResponses(400, 401, 403, 404),
     },
   }),
-  async (c) => c.json(await leaveOrg(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await leaveOrg(c.get('services'), c.req.valid('param').id), 200),
 );

@@ -25,7 +25,7 @@ notificationRoutes.openapi(
       ...errorResponses(400, 401),
     },
   }),
-  async (c) => c.json(await listNotifications(c.var.services, c.req.valid('query')), 200),
+  async (c) => c.json(await listNotifications(c.get('services'), c.req.valid('query')), 200),
 );
 
 notificationRoutes.openapi(
@@ -42,7 +42,7 @@ notificationRoutes.openapi(
       ...errorResponses(401),
     },
   }),
-  async (c) => c.json(await markAllRead(c.var.services), 200),
+  async (c) => c.json(await markAllRead(c.get('services')), 200),
 );
 
 notificationRoutes.openapi(
@@ -60,5 +60,5 @@ notificationRoutes.openapi(
       ...errorResponses(401, 404),
     },
   }),
-  async (c) => c.json(await markRead(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await markRead(c.get('services'), c.req.valid('param').id), 200),
 );

@@ -21,7 +21,7 @@ orgRoutes.openapi(
       ...errorResponses(400, 401, 403, 409, 413),
     },
   }),
-  async (c) => c.json(await createOrg(c.var.services, c.req.valid('json')), 201),
+  async (c) => c.json(await createOrg(c.get('services'), c.req.valid('json')), 201),
 );
 
 orgRoutes.openapi(
@@ -37,7 +37,7 @@ orgRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await getOrg(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await getOrg(c.get('services'), c.req.valid('param').id), 200),
 );
 
 orgRoutes.openapi(
@@ -56,7 +56,7 @@ orgRoutes.openapi(
       ...errorResponses(401),
     },
   }),
-  async (c) => c.json(await listMyOrgs(c.var.services), 200),
+  async (c) => c.json(await listMyOrgs(c.get('services')), 200),
 );
 
 orgRoutes.openapi(
@@ -75,5 +75,5 @@ orgRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await deleteOrg(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await deleteOrg(c.get('services'), c.req.valid('param').id), 200),
 );

@@ -27,7 +27,7 @@ preferenceRoutes.openapi(
       ...errorResponses(400, 401),
     },
   }),
-  async (c) => c.json(await getPreference(c.var.services, c.req.valid('param').key), 200),
+  async (c) => c.json(await getPreference(c.get('services'), c.req.valid('param').key), 200),
 );
 
 preferenceRoutes.openapi(
@@ -45,7 +45,7 @@ preferenceRoutes.openapi(
       ...errorResponses(400, 401, 413),
     },
   }),
-  async (c) => c.json(await putPreference(c.var.services, c.req.valid('param').key, c.req.valid('json')), 200),
+  async (c) => c.json(await putPreference(c.get('services'), c.req.valid('param').key, c.req.valid('json')), 200),
 );
 
 preferenceRoutes.openapi(
@@ -64,7 +64,7 @@ preferenceRoutes.openapi(
     },
   }),
   async (c) => {
-    await deletePreference(c.var.services, c.req.valid('param').key);
+    await deletePreference(c.get('services'), c.req.valid('param').key);
     return c.body(null, 204);
   },
 );

@@ -20,7 +20,7 @@ projectRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await listProjects(c.var.services, c.req.valid('param').o), 200),
+  async (c) => c.json(await listProjects(c.get('services'), c.req.valid('param').o), 200),
 );
 
 projectRoutes.openapi(
@@ -37,5 +37,5 @@ projectRoutes.openapi(
       ...errorResponses(400, 401, 403, 404, 409, 413),
     },
   }),
-  async (c) => c.json(await createProject(c.var.services, c.req.valid('param').o, c.req.valid('json')), 201),
+  async (c) => c.json(await createProject(c.get('services'), c.req.valid('param').o, c.req.valid('json')), 201),
 );

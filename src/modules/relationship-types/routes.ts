@@ -36,7 +36,7 @@ relationshipTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await listRelationshipTypes(c.var.services, { org: o, project: p }), 200);
+    return c.json(await listRelationshipTypes(c.get('services'), { org: o, project: p }), 200);
   },
 );
 
@@ -57,7 +57,7 @@ relationshipTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p } = c.req.valid('param');
-    return c.json(await createRelationshipType(c.var.services, { org: o, project: p }, c.req.valid('json')), 201);
+    return c.json(await createRelationshipType(c.get('services'), { org: o, project: p }, c.req.valid('json')), 201);
   },
 );
 
@@ -77,7 +77,7 @@ relationshipTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await getRelationshipType(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await getRelationshipType(c.get('services'), { org: o, project: p }, name), 200);
   },
 );
 
@@ -98,7 +98,7 @@ relationshipTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await updateRelationshipType(c.var.services, { org: o, project: p }, name, c.req.valid('json')), 200);
+    return c.json(await updateRelationshipType(c.get('services'), { org: o, project: p }, name, c.req.valid('json')), 200);
   },
 );
 
@@ -118,6 +118,6 @@ relationshipTypeRoutes.openapi(
   }),
   async (c) => {
     const { o, p, name } = c.req.valid('param');
-    return c.json(await deleteRelationshipType(c.var.services, { org: o, project: p }, name), 200);
+    return c.json(await deleteRelationshipType(c.get('services'), { org: o, project: p }, name), 200);
   },
 );

@@ -48,7 +48,7 @@ relationshipRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName } = c.req.valid('param');
-    return c.json(await createRelationship(c.var.services, { org: o, project: p, env: envName }, c.req.valid('json')), 201);
+    return c.json(await createRelationship(c.get('services'), { org: o, project: p, env: envName }, c.req.valid('json')), 201);
   },
 );
 
@@ -76,7 +76,7 @@ relationshipRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName } = c.req.valid('param');
-    const { page, next } = await listRelationships(c.var.services, { org: o, project: p, env: envName }, c.req.valid('query'));
+    const { page, next } = await listRelationships(c.get('services'), { org: o, project: p, env: envName }, c.req.valid('query'));
     announceNextPage(c, next);
     return c.json(page, 200);
   },
@@ -98,7 +98,7 @@ relationshipRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, id } = c.req.valid('param');
-    return c.json(await getRelationship(c.var.services, { org: o, project: p, env: envName }, id), 200);
+    return c.json(await getRelationship(c.get('services'), { org: o, project: p, env: envName }, id), 200);
   },
 );
 
@@ -120,7 +120,7 @@ relationshipRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, id } = c.req.valid('param');
-    return c.json(await updateRelationship(c.var.services, { org: o, project: p, env: envName }, id, c.req.valid('json')), 200);
+    return c.json(await updateRelationship(c.get('services'), { org: o, project: p, env: envName }, id, c.req.valid('json')), 200);
   },
 );
 
@@ -140,7 +140,7 @@ relationshipRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, id } = c.req.valid('param');
-    return c.json(await deleteRelationship(c.var.services, { org: o, project: p, env: envName }, id), 200);
+    return c.json(await deleteRelationship(c.get('services'), { org: o, project: p, env: envName }, id), 200);
   },
 );
 
@@ -162,6 +162,6 @@ relationshipRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, name } = c.req.valid('param');
-    return c.json(await listEntityRelationships(c.var.services, { org: o, project: p, env: envName }, name), 200);
+    return c.json(await listEntityRelationships(c.get('services'), { org: o, project: p, env: envName }, name), 200);
   },
 );

@@ -23,7 +23,7 @@ secretRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName } = c.req.valid('param');
-    return c.json(await listSecrets(c.var.services, { org: o, project: p, env: envName }), 200);
+    return c.json(await listSecrets(c.get('services'), { org: o, project: p, env: envName }), 200);
   },
 );
 
@@ -46,7 +46,7 @@ secretRoutes.openapi(
   async (c) => {
     const { o, p, envName, name } = c.req.valid('param');
     const value = new Secret(c.req.valid('json').value);
-    const { secret, created } = await putSecret(c.var.services, { org: o, project: p, env: envName }, name, value);
+    const { secret, created } = await putSecret(c.get('services'), { org: o, project: p, env: envName }, name, value);
     return created ? c.json(secret, 201) : c.json(secret, 200);
   },
 );
@@ -67,6 +67,6 @@ secretRoutes.openapi(
   }),
   async (c) => {
     const { o, p, envName, name } = c.req.valid('param');
-    return c.json(await deleteSecret(c.var.services, { org: o, project: p, env: envName }, name), 200);
+    return c.json(await deleteSecret(c.get('services'), { org: o, project: p, env: envName }, name), 200);
   },
 );

@@ -29,7 +29,7 @@ ssoRoutes.openapi(
     },
   }),
   async (c) =>
-    c.json(await registerSsoProvider(c.var.services, c.req.valid('param').id, c.req.valid('json'), sessionHeadersOf(c.req.raw.headers)), 201),
+    c.json(await registerSsoProvider(c.get('services'), c.req.valid('param').id, c.req.valid('json'), sessionHeadersOf(c.req.raw.headers)), 201),
 );
 
 ssoRoutes.openapi(
@@ -49,7 +49,7 @@ ssoRoutes.openapi(
   }),
   async (c) => {
     const { id, providerId } = c.req.valid('param');
-    return c.json(await deleteSsoProvider(c.var.services, id, providerId), 200);
+    return c.json(await deleteSsoProvider(c.get('services'), id, providerId), 200);
   },
 );
 
@@ -68,7 +68,7 @@ ssoRoutes.openapi(
       ...errorResponses(401, 403, 404),
     },
   }),
-  async (c) => c.json(await listSsoExtras(c.var.services, c.req.valid('param').id), 200),
+  async (c) => c.json(await listSsoExtras(c.get('services'), c.req.valid('param').id), 200),
 );
 
 ssoRoutes.openapi(
@@ -90,6 +90,6 @@ ssoRoutes.openapi(
   }),
   async (c) => {
     const { id, providerId } = c.req.valid('param');
-    return c.json(await updateSsoExtra(c.var.services, id, providerId, c.req.valid('json')), 200);
+    return c.json(await updateSsoExtra(c.get('services'), id, providerId, c.req.valid('json')), 200);
   },
 );

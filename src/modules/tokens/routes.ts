@@ -25,7 +25,7 @@ tokenRoutes.openapi(
   }),
   async (c) => {
     const { orgId, projectId } = c.req.valid('param');
-    return c.json(await mintToken(c.var.services, { org: orgId, project: projectId }, c.req.valid('json')), 201);
+    return c.json(await mintToken(c.get('services'), { org: orgId, project: projectId }, c.req.valid('json')), 201);
   },
 );
 
@@ -46,7 +46,7 @@ tokenRoutes.openapi(
   }),
   async (c) => {
     const { orgId, projectId } = c.req.valid('param');
-    return c.json(await listTokens(c.var.services, { org: orgId, project: projectId }), 200);
+    return c.json(await listTokens(c.get('services'), { org: orgId, project: projectId }), 200);
   },
 );
 
@@ -67,6 +67,6 @@ tokenRoutes.openapi(
   }),
   async (c) => {
     const { orgId, projectId, id } = c.req.valid('param');
-    return c.json(await revokeToken(c.var.services, { org: orgId, project: projectId }, id), 200);
+    return c.json(await revokeToken(c.get('services'), { org: orgId, project: projectId }, id), 200);
   },
 );

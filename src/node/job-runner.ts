@@ -30,6 +30,8 @@ export class JobRunner {
   readonly #inFlight = new Set<Promise<void>>();
   /** Attempts answered whose outcomes are being written; they hold no slot. */
   readonly #recording = new Set<Promise<void>>();
+  /** Outcomes written so far: drain() tells by it whether one was written while its claim was out. */
+  #recorded = 0;
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
   #pollTimer: ReturnType<typeof setInterval> | undefined;
   #reapTimer: ReturnType<typeof setInterval> | undefined;
@@ -130,10 +132,16 @@ export class JobRunner {
    */
   async drain(): Promise<void> {
     for (;;) {
+      const recordedBefore = this.#recorded;
       const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
       const jobs = free > 0 ? await claimDueJobs(this.#engine, free) : [];
       for (const job of jobs) this.#track(job);
-      if (this.#inFlight.size === 0 && this.#recording.size === 0) return;
+      if (this.#inFlight.size === 0 && this.#recording.size === 0) {
+        // nothing left, unless an outcome was written while the claim was out: a retry it scheduled,
+        // committed after the claim's snapshot, was not seen by it (the running host is woken by #wakeAt)
+        if (this.#recorded === recordedBefore) return;
+        continue;
+      }
       // an attempt was answered (its slot is free) or recorded (the retry it scheduled may be due)
       await Promise.race([...this.#inFlight, ...this.#recording]);
     }
@@ -227,7 +235,10 @@ export class JobRunner {
         this.#engine.logger.error('delivery attempt failed to run', { runId: job.runId, attempt: job.attempt, error });
       },
     );
-    const recorded = attempt.finally(() => this.#recording.delete(recorded));
+    const recorded = attempt.finally(() => {
+      this.#recorded++;
+      this.#recording.delete(recorded);
+    });
     this.#recording.add(recorded);
     const tracked = Promise.race([sent, attempt]).finally(() => {
       this.#inFlight.delete(tracked);

@@ -3,6 +3,8 @@ import { pruneChanges } from '../stream/feed';
 import { abandon, claimDueJobs, runDeliveryAttempt, type LeasedJob } from '../runs/delivery';
 import type { DeliverySlot } from '../platform';
 import type { RunEngine } from '../runs/engine';
+import { GroupCommit } from '../runs/group-commit';
+import { startRun, startRuns, type Delivered } from '../runs/transitions';
 
 export interface JobRunnerOptions {
   /** How often the job table is polled when nothing woke the runner: the sweep that finds every due job. */
@@ -53,10 +55,22 @@ export class JobRunner {
   #reserved = 0;
   /** Aborts the requests of the attempts in flight when a stop's grace period is over. */
   #abort = new AbortController();
+  /** Delivered attempts answered while another's outcome is being written go in one statement after it. */
+  readonly #delivered: GroupCommit<Delivered, boolean>;
+  readonly #recordDelivered = (delivered: Delivered) => this.#delivered.write(delivered);
 
   constructor(engine: RunEngine, options: Partial<JobRunnerOptions> = {}) {
     this.#engine = engine;
     this.#options = { ...DEFAULT_JOB_RUNNER_OPTIONS, ...options };
+    const { db, namedStatements } = engine;
+    this.#delivered = new GroupCommit({
+      writeGroup: async (group) => {
+        const started = await startRuns(db, group, namedStatements);
+        return group.map((one) => started.has(one.runId));
+      },
+      writeOne: ({ at, ...attempt }) => startRun(db, { ...attempt, outcome: 'delivered', error: null }, at, {}, namedStatements),
+      groupFailed: (error, size) => engine.logger.warn('delivered attempts written one at a time: their group write failed', { size, error }),
+    });
   }
 
   start(): void {
@@ -220,13 +234,15 @@ export class JobRunner {
   /**
    * Runs a leased job's attempt in a slot. The slot is free again once the
    * request is answered: the next attempt's claim and request go out while
-   * this one's outcome is written (stop and drain wait for both).
+   * this one's outcome is written (stop and drain wait for both). A
+   * delivered outcome goes through #delivered: answered while another is
+   * being written, it waits and goes in one statement with the others.
    */
   #track(leased: LeasedJob): void {
     const { job } = leased;
     let answered!: () => void;
     const sent = new Promise<void>((resolve) => (answered = resolve));
-    const attempt = runDeliveryAttempt(this.#engine, leased, { signal: this.#abort.signal, onSent: answered }).then(
+    const attempt = runDeliveryAttempt(this.#engine, leased, { signal: this.#abort.signal, onSent: answered, recordDelivered: this.#recordDelivered }).then(
       (result) => {
         if (result.kind === 'retry') this.#wakeAt(result.runAt);
       },

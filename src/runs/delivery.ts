@@ -8,7 +8,7 @@ import { scheduleRetry, type RetryPolicy } from './retry';
 import { templateContext, type RunRow } from './run-context';
 import { Undeliverable, type Attempt, type KindColumns, type Sent, type TriggerDefinition, type Verdict } from './trigger-kind';
 import { deliverableKind } from './trigger-kinds';
-import { attemptLogged, DELIVERY_PREFIX, failDeliveryAttempt, startRun, type AttemptRecord } from './transitions';
+import { attemptLogged, DELIVERY_PREFIX, failDeliveryAttempt, startRun, type AttemptRecord, type Delivered } from './transitions';
 
 /**
  * One delivery attempt of a run, from a leased job to its recorded outcome
@@ -24,7 +24,9 @@ import { attemptLogged, DELIVERY_PREFIX, failDeliveryAttempt, startRun, type Att
  *         run's notification in a transaction with it).
  *
  * A delivered attempt is two round trips to the database: its claim and
- * its outcome.
+ * its outcome. The Node job runner shares both: one claim leases a job for
+ * each slot free, and the delivered attempts answered while another's outcome
+ * is being written are written together after it (`recordDelivered`).
  *
  * Nothing is written between taking the job and recording the outcome, and
  * no transaction is open during the HTTP call. A process that dies in
@@ -62,6 +64,13 @@ export interface AttemptOptions {
    * serve the next attempt while this one is written.
    */
   onSent?: () => void;
+  /**
+   * Writes a delivered attempt that sets no kind columns, in place of its own
+   * startRun statement: the Node job runner's group commit
+   * (src/runs/group-commit.ts) writes those answered together in one.
+   * Resolves with whether the run was moved to `running`.
+   */
+  recordDelivered?: (delivered: Delivered) => Promise<boolean>;
 }
 
 /** A leased job, and its run as the claim read it (null: the run is gone). */
@@ -183,7 +192,7 @@ export async function runDeliveryAttempt(engine: RunEngine, { job, run }: Leased
   } catch (error) {
     if (error instanceof Undeliverable) {
       const problem = scrub(error.message, concealed);
-      return recordOutcome(engine, run, job, {
+      return recordOutcome(engine, run, job, options, {
         startedAt,
         latencyMs: 0,
         httpStatus: null,
@@ -198,17 +207,17 @@ export async function runDeliveryAttempt(engine: RunEngine, { job, run }: Leased
   }
   const { sent, verdict, policy } = attempted;
   const measured = { startedAt, latencyMs: sent.latencyMs, httpStatus: sent.httpStatus };
-  if (verdict.kind === 'delivered') return recordOutcome(engine, run, job, { ...measured, outcome: 'delivered', problem: null, columns: verdict.columns });
+  if (verdict.kind === 'delivered') return recordOutcome(engine, run, job, options, { ...measured, outcome: 'delivered', problem: null, columns: verdict.columns });
   const problem = scrub(verdict.problem, concealed);
   if (verdict.kind === 'rejected') {
-    return recordOutcome(engine, run, job, { ...measured, outcome: 'failed', problem, runError: `${DELIVERY_PREFIX} ${problem} (not retried)` });
+    return recordOutcome(engine, run, job, options, { ...measured, outcome: 'failed', problem, runError: `${DELIVERY_PREFIX} ${problem} (not retried)` });
   }
   const next = scheduleRetry(job.attempt, policy, verdict.retryAfterMs, { random: engine.random });
   if (next.retry) {
-    return recordOutcome(engine, run, job, { ...measured, outcome: 'retry', problem, retryAt: new Date(engine.clock.now().getTime() + next.delayMs) });
+    return recordOutcome(engine, run, job, options, { ...measured, outcome: 'retry', problem, retryAt: new Date(engine.clock.now().getTime() + next.delayMs) });
   }
   const runError = `${DELIVERY_PREFIX} gave up after ${job.attempt} attempt${job.attempt === 1 ? '' : 's'}; the last one: ${problem}`;
-  return recordOutcome(engine, run, job, { ...measured, outcome: 'failed', problem, runError });
+  return recordOutcome(engine, run, job, options, { ...measured, outcome: 'failed', problem, runError });
 }
 
 /**
@@ -247,7 +256,7 @@ type Outcome = {
  * lost its lease, or a run completed or cancelled meanwhile, changes nothing
  * it should not.
  */
-async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, outcome: Outcome): Promise<AttemptResult> {
+async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, options: AttemptOptions, outcome: Outcome): Promise<AttemptResult> {
   const now = engine.clock.now();
   const attempt: AttemptRecord = {
     runId: run.id,
@@ -260,7 +269,8 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
   };
   switch (outcome.outcome) {
     case 'delivered':
-      await startRun(engine.db, attempt, now, outcome.columns, engine.namedStatements);
+      if (options.recordDelivered && !outcome.columns) await options.recordDelivered({ ...attempt, httpStatus: attempt.httpStatus ?? null, at: now });
+      else await startRun(engine.db, attempt, now, outcome.columns, engine.namedStatements);
       break;
     case 'retry':
       await scheduleNextAttempt(engine.db, attempt, outcome.retryAt);

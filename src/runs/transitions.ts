@@ -196,6 +196,97 @@ export async function startRun(db: Queryable, attempt: AttemptRecord, at: Date, 
   return (row?.started ?? 0) > 0;
 }
 
+/** A delivered attempt that sets no kind columns (a webhook's), as startRuns takes it; `at` is when it was recorded. */
+export type Delivered = Pick<AttemptRecord, 'runId' | 'attempt' | 'startedAt' | 'latencyMs' | 'httpStatus'> & { at: Date };
+
+/**
+ * startRuns's statement: startRun's three writes for every attempt in the
+ * arrays its placeholders take (one element per attempt, unnest'ed in step).
+ * Reading `started` makes the runs' UPDATE go before the jobs' DELETE, as in
+ * startRun.
+ */
+function buildStarts(db: Queryable, name: string) {
+  const input = db.$with('delivered').as(
+    db
+      .select({
+        runId: sql<string>`run_id`.as('run_id'),
+        attempt: sql<number>`attempt`.as('attempt'),
+        startedAt: sql<Date>`started_at`.as('started_at'),
+        latencyMs: sql<number>`latency_ms`.as('latency_ms'),
+        httpStatus: sql<number | null>`http_status`.as('http_status'),
+        at: sql<Date>`at`.as('at'),
+      })
+      .from(
+        sql`unnest(${sql.placeholder('runIds')}::uuid[], ${sql.placeholder('attempts')}::integer[], ${sql.placeholder('startedAts')}::timestamptz[],
+          ${sql.placeholder('latencies')}::integer[], ${sql.placeholder('statuses')}::integer[], ${sql.placeholder('ats')}::timestamptz[])
+          as i(run_id, attempt, started_at, latency_ms, http_status, at)`,
+      ),
+  );
+  const started = db.$with('started').as(
+    db
+      .update(actionRuns)
+      .set({ status: 'running', startedAt: sql`${input.at}` })
+      .from(input)
+      .where(and(eq(actionRuns.id, input.runId), eq(actionRuns.status, 'pending')))
+      .returning({ id: actionRuns.id }),
+  );
+  const logged = db.$with('attempt_logged').as(
+    db
+      .insert(runAttempts)
+      .select(
+        db
+          .select({
+            runId: input.runId,
+            attempt: input.attempt,
+            startedAt: input.startedAt,
+            latencyMs: input.latencyMs,
+            httpStatus: input.httpStatus,
+            outcome: sql<'delivered'>`'delivered'`.as('outcome'),
+            error: sql<null>`null`.as('error'),
+          })
+          .from(input),
+      )
+      .onConflictDoUpdate({ target: [runAttempts.runId, runAttempts.attempt], set: loggedAgain })
+      .returning({ runId: runAttempts.runId }),
+  );
+  const dropped = db.$with('dropped').as(
+    db
+      .delete(deliveryJobs)
+      .where(
+        and(
+          sql`(${deliveryJobs.runId}, ${deliveryJobs.attempt}) in (select ${input.runId}, ${input.attempt} from ${input})`,
+          sql`(select count(*) from ${started}) >= 0`,
+        ),
+      ),
+  );
+  return db.with(input, started, logged, dropped).select({ id: started.id }).from(started).prepare(name);
+}
+
+const startsStatements = new WeakMap<Queryable, ReturnType<typeof buildStarts>>();
+
+/**
+ * startRun for several delivered attempts at once, in one statement (the Node
+ * job runner's group commit, src/runs/group-commit.ts): each run moved,
+ * logged and its job dropped exactly as startRun does it. Resolves with the
+ * ids of the runs it moved to `running` (one that had ended meanwhile is
+ * logged, and its job dropped, but not moved).
+ */
+export async function startRuns(db: Queryable, delivered: readonly Delivered[], named = false): Promise<Set<string>> {
+  let statement = startsStatements.get(db);
+  if (!statement) startsStatements.set(db, (statement = buildStarts(db, named ? 'cellplane_run_starts' : '')));
+  // in the order of their ids: the plan (a nested loop over the arrays) locks the runs' rows in that order
+  const sorted = [...delivered].sort((a, b) => (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0));
+  const rows = await statement.execute({
+    runIds: sorted.map((one) => one.runId),
+    attempts: sorted.map((one) => one.attempt),
+    startedAts: sorted.map((one) => one.startedAt.toISOString()),
+    latencies: sorted.map((one) => one.latencyMs),
+    statuses: sorted.map((one) => one.httpStatus ?? null),
+    ats: sorted.map((one) => one.at.toISOString()),
+  });
+  return new Set(rows.map((row) => row.id));
+}
+
 /**
  * active → failed: the attempt's delivery failed for good (`error` starts
  * with DELIVERY_PREFIX); the entity stays where it is. The run, the attempt's

@@ -13,6 +13,8 @@ export default defineConfig({
           name: 'node',
           include: ['test/node/**/*.test.ts'],
           environment: 'node',
+          // `npm start`'s build, for the tests that start the host as a process
+          globalSetup: ['test/support/build-server.ts'],
           testTimeout: 30_000,
           hookTimeout: 60_000,
         },

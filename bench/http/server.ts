@@ -4,7 +4,7 @@
  * bootstrapped through the API (an organization, a project, an owner token)
  * and seeded through the API's own write path, `POST ENV/batch`.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { readdir, rename, rm } from 'node:fs/promises';
@@ -16,6 +16,8 @@ import { BENCH_RATE_LIMIT } from '../harness';
 import { callApi, type HttpTarget } from './target';
 
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
+/** `npm start`'s command after its build step (package.json, scripts/build-server.mjs). */
+export const APP_ARGS = ['--enable-source-maps', 'build/node/server.mjs'];
 
 export const DEFAULT_ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -72,9 +74,9 @@ const tail = (file: string) => {
 };
 
 /**
- * `node --import tsx <script>`, as `npm start` runs src/node/server.ts but
- * without npm in between, so that `pid` is the server's own (its RSS is read
- * from /proc/<pid>/status). Its output goes to `logFile`. With
+ * `node <args>` (a TypeScript script: `--import tsx <script>`), without npm
+ * in between, so that `pid` is the server's own (its RSS is read from
+ * /proc/<pid>/status). Its output goes to `logFile`. With
  * BENCH_HTTP_PROFILE=<dir> it runs under `--cpu-prof`, written to
  * <dir>/<name>.cpuprofile when it exits: the main thread's profile (tsx's
  * loader runs in a worker thread that writes one of its own, which a fixed
@@ -82,7 +84,7 @@ const tail = (file: string) => {
  */
 export async function startNode(options: {
   name: string;
-  script: string;
+  args: string[];
   env: Record<string, string>;
   port: number;
   logFile: string;
@@ -96,7 +98,7 @@ export async function startNode(options: {
   const log = openSync(options.logFile, 'a');
   // only what node and tsx need from this environment: a DATABASE_URL or PORT of the caller's shell must not leak in
   const inherited = Object.fromEntries(['PATH', 'HOME', 'TMPDIR'].flatMap((key) => (process.env[key] ? [[key, process.env[key]!]] : [])));
-  const child = spawn(process.execPath, [...profile, '--import', 'tsx', options.script], {
+  const child = spawn(process.execPath, [...profile, ...options.args], {
     cwd: REPO_ROOT,
     env: { ...inherited, PORT: String(options.port), ...options.env },
     stdio: ['ignore', log, log],
@@ -148,7 +150,7 @@ export async function startNode(options: {
 export type AppDatabase = { kind: 'postgres'; url: string } | { kind: 'pglite'; dataDir: string };
 
 /**
- * `npm start` (src/node/server.ts) on `database`. The rate limit is out of
+ * `npm start` (src/node/server.ts, built as npm start builds it) on `database`. The rate limit is out of
  * reach (harness.ts, BENCH_RATE_LIMIT); the outbound guard lets deliveries
  * reach a receiver on 127.0.0.1 (bench/http/deliveries.ts).
  */
@@ -162,7 +164,9 @@ export async function startApp(database: AppDatabase, logFile: string, name: str
     ...BENCH_RATE_LIMIT,
     ...(database.kind === 'postgres' ? { DATABASE_URL: database.url, API_BASE_URL: url } : { CELLPLANE_DATA_DIR: database.dataDir }),
   };
-  return startNode({ name, script: 'src/node/server.ts', env, port, logFile, readyPath: '/healthz' });
+  // what `npm start` runs: its build step, then the built server
+  execFileSync(process.execPath, ['scripts/build-server.mjs'], { cwd: REPO_ROOT, stdio: 'inherit' });
+  return startNode({ name, args: APP_ARGS, env, port, logFile, readyPath: '/healthz' });
 }
 
 /**
@@ -174,7 +178,7 @@ export async function startApp(database: AppDatabase, logFile: string, name: str
 export async function startBare(databaseUrl: string, envId: string, probeName: string, logFile: string, framework: 'node' | 'hono' = 'node'): Promise<Child> {
   return startNode({
     name: framework === 'hono' ? 'bare-hono' : 'bare',
-    script: 'bench/http/bare.ts',
+    args: ['--import', 'tsx', 'bench/http/bare.ts'],
     env: { DATABASE_URL: databaseUrl, BARE_ENV_ID: envId, BARE_FRAMEWORK: framework },
     port: await freePort(),
     logFile,

@@ -4,8 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { assertNoSecretsIn } from './secret-scan';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-/** `npm start`'s command (package.json): one process, the server itself, with tsx as its loader. */
-const ENTRY = ['--import', 'tsx', 'src/node/server.ts'];
+/** `npm start`'s command after its build step (package.json; built once for the run by test/support/build-server.ts). */
+const ENTRY = ['--enable-source-maps', 'build/node/server.mjs'];
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -27,7 +27,7 @@ export interface ServerProcess {
 }
 
 /**
- * Runs `npm start`'s command (`node --import tsx src/node/server.ts`) with
+ * Runs `npm start`'s command (`node --enable-source-maps build/node/server.mjs`) with
  * exactly `env` (plus PATH); with `npm: true`, `npm start` itself, so that
  * `stop` signals npm and the signal has to be relayed to the server.
  */

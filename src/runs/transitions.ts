@@ -274,7 +274,8 @@ const startsStatements = new WeakMap<Queryable, ReturnType<typeof buildStarts>>(
 export async function startRuns(db: Queryable, delivered: readonly Delivered[], named = false): Promise<Set<string>> {
   let statement = startsStatements.get(db);
   if (!statement) startsStatements.set(db, (statement = buildStarts(db, named ? 'cellplane_run_starts' : '')));
-  // in the order of their ids: the plan (a nested loop over the arrays) locks the runs' rows in that order
+  // in the order of their ids: a plan that walks the arrays in order locks shared runs in one order; a deadlock
+  // another plan allows fails the group, which its caller then writes one run at a time (GroupCommit)
   const sorted = [...delivered].sort((a, b) => (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0));
   const rows = await statement.execute({
     runIds: sorted.map((one) => one.runId),

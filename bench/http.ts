@@ -27,11 +27,11 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { analyze, openPglite } from '../src/node/database';
 import { positiveInteger, type Benchmark } from './harness';
+import { SERVER_ARGS } from '../scripts/build-server.mjs';
 import { measureDeliveries } from './http/deliveries';
 import { describeOutcome, fire, interleaved, merge, p50, perSecond, quantile, sustained, type Case, type Send } from './http/load';
 import { measureStreamCost } from './http/stream-cost';
 import {
-  APP_ARGS,
   bootstrap,
   DEFAULT_ADMIN_URL,
   freshPostgres,
@@ -312,7 +312,7 @@ export const httpBench: Benchmark = {
         [target.org, target.project],
       );
       const envId = (envRows[0] as { id: string }).id;
-      console.log(`  host:       Postgres ${version} at ${new URL(postgres.url).host}, database ${DATABASE_NAME}; app: node ${APP_ARGS.join(' ')} at ${app.url} (pid ${app.pid})`);
+      console.log(`  host:       Postgres ${version} at ${new URL(postgres.url).host}, database ${DATABASE_NAME}; app: node ${SERVER_ARGS.join(' ')} at ${app.url} (pid ${app.pid})`);
       console.log(`  node:       ${process.version} (${process.platform}/${process.arch}); load: autocannon in this process, keep-alive`);
       console.log(
         `  timing:     ${caseSeconds} s per case after a warm-up, compared cases timed in halves a, b, b, a; ` +

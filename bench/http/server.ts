@@ -4,7 +4,7 @@
  * bootstrapped through the API (an organization, a project, an owner token)
  * and seeded through the API's own write path, `POST ENV/batch`.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { readdir, rename, rm } from 'node:fs/promises';
@@ -12,12 +12,11 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { buildServer, SERVER_ARGS } from '../../scripts/build-server.mjs';
 import { BENCH_RATE_LIMIT } from '../harness';
 import { callApi, type HttpTarget } from './target';
 
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
-/** `npm start`'s command after its build step (package.json, scripts/build-server.mjs). */
-export const APP_ARGS = ['--enable-source-maps', 'build/node/server.mjs'];
 
 export const DEFAULT_ADMIN_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -165,8 +164,8 @@ export async function startApp(database: AppDatabase, logFile: string, name: str
     ...(database.kind === 'postgres' ? { DATABASE_URL: database.url, API_BASE_URL: url } : { CELLPLANE_DATA_DIR: database.dataDir }),
   };
   // what `npm start` runs: its build step, then the built server
-  execFileSync(process.execPath, ['scripts/build-server.mjs'], { cwd: REPO_ROOT, stdio: 'inherit' });
-  return startNode({ name, args: APP_ARGS, env, port, logFile, readyPath: '/healthz' });
+  await buildServer();
+  return startNode({ name, args: SERVER_ARGS, env, port, logFile, readyPath: '/healthz' });
 }
 
 /**

@@ -68,7 +68,7 @@ export class JobRunner {
         const started = await startRuns(db, group, namedStatements);
         return group.map((one) => started.has(one.runId));
       },
-      writeOne: ({ at, ...attempt }) => startRun(db, { ...attempt, outcome: 'delivered', error: null }, at, {}, namedStatements),
+      writeOne: ({ at, ...attempt }) => startRun(db, attempt, at, {}, namedStatements),
       groupFailed: (error, size) => engine.logger.warn('delivered attempts written one at a time: their group write failed', { size, error }),
     });
   }

@@ -269,7 +269,7 @@ async function recordOutcome(engine: RunEngine, run: RunRow, job: DeliveryJob, o
   };
   switch (outcome.outcome) {
     case 'delivered':
-      if (options.recordDelivered && !outcome.columns) await options.recordDelivered({ ...attempt, httpStatus: attempt.httpStatus ?? null, at: now });
+      if (options.recordDelivered && !outcome.columns) await options.recordDelivered({ ...attempt, outcome: 'delivered', at: now });
       else await startRun(engine.db, attempt, now, outcome.columns, engine.namedStatements);
       break;
     case 'retry':

@@ -196,8 +196,8 @@ export async function startRun(db: Queryable, attempt: AttemptRecord, at: Date, 
   return (row?.started ?? 0) > 0;
 }
 
-/** A delivered attempt that sets no kind columns (a webhook's), as startRuns takes it; `at` is when it was recorded. */
-export type Delivered = Pick<AttemptRecord, 'runId' | 'attempt' | 'startedAt' | 'latencyMs' | 'httpStatus'> & { at: Date };
+/** A delivered attempt that sets no kind columns (a webhook's): its log row, and `at`, when it was recorded (startRun's `at`). */
+export type Delivered = AttemptRecord & { outcome: 'delivered'; at: Date };
 
 /**
  * startRuns's statement: startRun's three writes for every attempt in the

@@ -178,6 +178,8 @@ describe('startRuns: startRun for several attempts in one statement', () => {
     await api.db.insert(runAttempts).values({ runId: loggedBefore, attempt: 1, startedAt: new Date(0), latencyMs: 9, httpStatus: 503, outcome: 'retry', error: 'earlier' });
     return [pending, ended, movedOn, loggedBefore].map((runId, i) => ({
       runId,
+      outcome: 'delivered' as const,
+      error: null,
       attempt: 1,
       startedAt: new Date(Date.UTC(2026, 10, 26, 12, 0, i)),
       latencyMs: 10 + i,
@@ -206,7 +208,7 @@ describe('startRuns: startRun for several attempts in one statement', () => {
     const named = usingPostgres();
     const alone = await stage();
     const aloneStarted = [];
-    for (const { at, ...attempt } of alone) aloneStarted.push(await startRun(api.db, { ...attempt, outcome: 'delivered', error: null }, at, {}, named));
+    for (const { at, ...attempt } of alone) aloneStarted.push(await startRun(api.db, attempt, at, {}, named));
     const grouped = await stage();
     const groupStarted = await startRuns(api.db, grouped, named);
 

@@ -1,11 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { SERVER_ARGS } from '../../scripts/build-server.mjs';
 import { assertNoSecretsIn } from './secret-scan';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-/** `npm start`'s command after its build step (package.json; built once for the run by test/support/build-server.ts). */
-const ENTRY = ['--enable-source-maps', 'build/node/server.mjs'];
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -33,7 +32,7 @@ export interface ServerProcess {
  */
 export async function startServerProcess(env: Record<string, string>, options: { npm?: boolean } = {}): Promise<ServerProcess> {
   const port = env.PORT ?? String(await freePort());
-  const [command, args] = options.npm ? ['npm', ['start', '--silent']] : [process.execPath, ENTRY];
+  const [command, args] = options.npm ? ['npm', ['start', '--silent']] : [process.execPath, SERVER_ARGS];
   const child = spawn(command, args, {
     cwd: ROOT,
     // with DATABASE_URL the host requires API_BASE_URL: its own address, unless the test says otherwise ('' = unset)
@@ -87,7 +86,7 @@ export async function startServerProcess(env: Record<string, string>, options: {
 
 /** Runs the entry expecting it to fail at start; resolves with its exit code and output. */
 export async function runFailingStart(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, ENTRY, {
+  const child = spawn(process.execPath, SERVER_ARGS, {
     cwd: ROOT,
     // API_BASE_URL defaults with DATABASE_URL as in startServerProcess, so a start fails on what the test means it to
     env: { PATH: process.env.PATH ?? '', PORT: String(await freePort()), ...(env.DATABASE_URL ? { API_BASE_URL: 'http://127.0.0.1' } : {}), ...env },

@@ -108,42 +108,20 @@ export const requestContext =
     options: { authenticate: boolean } = { authenticate: true },
   ): MiddlewareHandler<AppEnv> =>
   async (c, next) => {
-    let lease: DatabaseLease | undefined;
-    const db = (): Db => (lease ??= platform.openDatabase()).db;
-    const auth = () => authFor({ db: db(), config: platform.config, logger: platform.logger, mailer: platform.mailer });
+    const services = new RequestServices(platform, c.get('requestId'));
     try {
-      const callerState = options.authenticate
+      services.callerState = options.authenticate
         ? await authenticateRequest({
             header: (name) => c.req.header(name),
-            db,
+            db: () => services.db,
             bootstrap: platform.bootstrap,
-            auth,
+            auth: () => services.auth(),
             authSecret: platform.config.authSecret,
             knownTokenHash: c.get('serviceTokenHash'),
             localOperator: platform.localOperator,
           })
         : new CallerState(undefined, undefined);
-      if (callerState.user?.via === 'cookie') refuseCrossSiteWrite(c.req.raw, platform.config);
-      const services: ServiceContext = {
-        get db() {
-          return db();
-        },
-        config: platform.config,
-        logger: platform.logger,
-        clock: platform.clock,
-        get caller() {
-          return callerState.current;
-        },
-        callerState,
-        bootstrap: platform.bootstrap,
-        namedStatements: platform.namedStatements,
-        deliveries: platform.deliveries,
-        changes: platform.changes,
-        mailer: platform.mailer,
-        auth,
-        changedEnvironments: new Set(),
-        requestId: c.get('requestId'),
-      };
+      if (services.callerState.user?.via === 'cookie') refuseCrossSiteWrite(c.req.raw, platform.config);
       c.set('services', services);
       await next();
       for (const envId of services.changedEnvironments) {
@@ -154,13 +132,71 @@ export const requestContext =
         if (platform.executionContext) c.executionCtx.waitUntil(published);
       }
     } finally {
-      if (lease) {
-        const released = lease.release();
+      const released = services.release();
+      if (released) {
         if (platform.executionContext) c.executionCtx.waitUntil(released);
         else await released;
       }
     }
   };
+
+/**
+ * A request's ServiceContext: the database leased on first use, the caller
+ * read through its state. A class, not an object literal with getters: V8
+ * gives each such literal a hidden class of its own (its accessors are new
+ * closures every time), made in the old generation and pointing at the
+ * request's state, so every request's objects outlived the young generation
+ * and were promoted, to be collected only by full collections (bench/README.md,
+ * "2026-11-27"). Its getters live on the prototype: spreading it (`{ ...ctx }`)
+ * would drop `db` and `caller`.
+ */
+class RequestServices implements ServiceContext {
+  readonly config: ServiceContext['config'];
+  readonly logger: ServiceContext['logger'];
+  readonly clock: ServiceContext['clock'];
+  readonly bootstrap: ServiceContext['bootstrap'];
+  readonly namedStatements: boolean;
+  readonly deliveries: ServiceContext['deliveries'];
+  readonly changes: ServiceContext['changes'];
+  readonly mailer: ServiceContext['mailer'];
+  readonly changedEnvironments = new Set<string>();
+  /** Set by the middleware once the request is authenticated, before any handler runs. */
+  callerState!: CallerState;
+  readonly #platform: Platform;
+  #lease: DatabaseLease | undefined;
+
+  constructor(
+    platform: Platform,
+    readonly requestId: string,
+  ) {
+    this.#platform = platform;
+    this.config = platform.config;
+    this.logger = platform.logger;
+    this.clock = platform.clock;
+    this.bootstrap = platform.bootstrap;
+    this.namedStatements = platform.namedStatements;
+    this.deliveries = platform.deliveries;
+    this.changes = platform.changes;
+    this.mailer = platform.mailer;
+  }
+
+  get db(): Db {
+    return (this.#lease ??= this.#platform.openDatabase()).db;
+  }
+
+  get caller(): ServiceContext['caller'] {
+    return this.callerState.current;
+  }
+
+  auth(): ReturnType<ServiceContext['auth']> {
+    return authFor({ db: this.db, config: this.config, logger: this.logger, mailer: this.mailer });
+  }
+
+  /** Gives the lease back, if the request opened one. */
+  release(): Promise<void> | undefined {
+    return this.#lease?.release();
+  }
+}
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 

@@ -143,8 +143,8 @@ export const requestContext =
 /**
  * A request's ServiceContext: the database leased on first use, the caller
  * read through its state. A class, not an object literal with getters: V8
- * gives each such literal a hidden class of its own (its accessors are new
- * closures every time), made in the old generation and pointing at the
+ * gives each such literal accessor pairs of its own (its getters are new
+ * closures every time), allocated in the old generation and pointing at the
  * request's state, so every request's objects outlived the young generation
  * and were promoted, to be collected only by full collections (bench/README.md,
  * "2026-11-27"). Its getters live on the prototype: spreading it (`{ ...ctx }`)

@@ -1,3 +1,5 @@
+import type { Context, TypedResponse } from 'hono';
+import type { JSONParsed } from 'hono/utils/types';
 import { z } from '@hono/zod-openapi';
 
 /** The one error body (SPEC Errors, DECISIONS §7). */
@@ -50,6 +52,15 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
 });
 
 /** RFC 3339 UTC with milliseconds (DECISIONS §1). */
+/**
+ * A 200 whose body is JSON text already written (by Postgres: the entity GET
+ * and list, src/modules/entities/driver-rows.ts), sent as c.json would send
+ * it, typed as the route's JSON response of `T`.
+ */
+export function jsonText<T>(c: Context, text: string): Response & TypedResponse<JSONParsed<T>, 200, 'json'> {
+  return c.body(text, 200, { 'Content-Type': 'application/json' }) as unknown as Response & TypedResponse<JSONParsed<T>, 200, 'json'>;
+}
+
 export const Timestamp = z.string().openapi({ format: 'date-time', example: '2026-11-21T10:20:00.000Z' });
 export const timestamp = (date: Date): string => date.toISOString();
 export const optionalTimestamp = (date: Date | null): string | null => (date ? date.toISOString() : null);

@@ -1,9 +1,12 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { entities } from '../../db/schema';
 import type { Entity } from './schemas';
 
 /**
  * Entities read without drizzle's row mapping, for the hottest reads (the
  * list in ./list.ts, the GET in ./fast-paths.ts): the driver's row, and the
- * API's Entity made from it directly.
+ * API's Entity made from it directly (entityOf), or by Postgres as the
+ * response's JSON text (entityJson).
  */
 
 /** An entity row as the driver returns it: columns by their SQL names, timestamps as Postgres prints them. */
@@ -74,4 +77,49 @@ function isoTimestamp(value: string | Date): string {
   if (!utc) return new Date(value).toISOString();
   const fraction = utc[3] ?? '';
   return `${utc[1]}T${utc[2]}.${fraction.length >= 3 ? fraction.slice(0, 3) : fraction.padEnd(3, '0')}Z`;
+}
+
+// --- the Entity's JSON, written by Postgres ----------------------------------------
+
+/** An Entity as the JSON text of a response. */
+export type EntityJsonText = string;
+
+/** The entity columns entityJson reads. */
+type EntityColumnRefs = { [K in keyof typeof entities.$inferSelect]: unknown };
+
+/** A timestamptz as toISOString() writes it in years 1–9999: UTC, milliseconds truncated (to_char's MS truncates). */
+const isoText = (column: unknown) => sql`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+
+/** A text column as a JSON string (`null` for null): to_json escapes what JSON.stringify escapes. */
+const jsonString = (column: unknown) => sql`coalesce(to_json(${column})::text, 'null')`;
+
+/**
+ * The API's Entity (entityOf, toEntity) of a row as JSON text, its keys in
+ * entityOf's order, for the entity GET (./fast-paths.ts). The GET's own work
+ * in the Node process was mostly the row: node-postgres describing thirteen
+ * entity columns and building their parsers anew on every execution, then
+ * parsing each, JSON.parse of properties and labels, three timestamps, the
+ * object, and JSON.stringify of it all. As one column written by Postgres,
+ * which the response carries unchanged, the server's CPU per GET fell by a
+ * tenth at 10 clients and a fifth at one, and Postgres's grew by about a
+ * third of what the server saved (bench/README.md, "2026-11-27, later"). A
+ * list page is not written this way: per row, Postgres writing the JSON
+ * (about 6 µs) costs what the Node process saves, and would only move the
+ * work to the one part that does not scale out.
+ *
+ * The text is the same JSON value as JSON.stringify(entityOf(row)), not the
+ * same bytes: properties and labels are jsonb's own output (`{"a": 1}`, a
+ * space after each colon and comma; keys in jsonb's order, which is the
+ * order entityOf gets from the same text, except that JavaScript puts
+ * integer-like keys first; numbers as jsonb keeps them, which parse to the
+ * same doubles). test/node/entity-json.test.ts holds the two to that.
+ */
+export function entityJson(row: EntityColumnRefs): SQL<EntityJsonText> {
+  return sql<EntityJsonText>`('{"id":"' || ${row.id} || '","entityTypeName":' || ${jsonString(row.entityTypeName)}
+    || ',"name":' || ${jsonString(row.name)} || ',"state":' || ${jsonString(row.state)}
+    || ',"properties":' || ${row.properties}::text || ',"labels":' || ${row.labels}::text
+    || ',"lastSyncedAt":' || coalesce('"' || ${isoText(row.lastSyncedAt)} || '"', 'null')
+    || ',"syncSource":' || ${jsonString(row.syncSource)}
+    || ',"createdAt":"' || ${isoText(row.createdAt)} || '","updatedAt":"' || ${isoText(row.updatedAt)}
+    || '","orgId":"' || ${row.orgId} || '","projectId":"' || ${row.projectId} || '","envId":"' || ${row.envId} || '"}')`;
 }

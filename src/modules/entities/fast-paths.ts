@@ -5,8 +5,7 @@ import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
 import { perHandle, plainAccessValues, typeDefinitionCache } from '../one-statement';
-import { entityOf, rowsOf } from './driver-rows';
-import type { Entity } from './schemas';
+import { entityJson, rowsOf, type EntityJsonText } from './driver-rows';
 import { toEntity, type EntityRow } from './service';
 
 /**
@@ -28,7 +27,7 @@ import { toEntity, type EntityRow } from './service';
 const plainEntityRead = perHandle((db, shape, name) => {
   const caller = plainEnvironmentAccess(db, shape, 'data:read').as('caller');
   return db
-    .select({ caller: plainAccessColumns(caller), entity: entities })
+    .select({ caller: plainAccessColumns(caller), entity: entityJson(getTableColumns(entities)).as('entity_json') })
     .from(caller)
     .innerJoin(entities, and(eq(entities.envId, caller.envId), eq(entities.name, sql.placeholder('name'))))
     .limit(1)
@@ -37,17 +36,18 @@ const plainEntityRead = perHandle((db, shape, name) => {
 
 /**
  * GET .../entities/{name} for a caller without cell scopes, when the entity
- * exists: the entity, the caller settled. Undefined for anything else. The
- * row is read as the driver returns it (./driver-rows.ts): the caller's
- * columns by their aliases, the entity's by their names.
+ * exists: the entity as its response's JSON, written by Postgres
+ * (entityJson), the caller settled. Undefined for anything else. The row is
+ * read as the driver returns it (./driver-rows.ts): the caller's columns by
+ * their aliases.
  */
-export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Entity | undefined> {
+export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityJsonText | undefined> {
   const access = plainAccessValues(ctx, ref);
   if (!access) return undefined;
-  const [row] = await rowsOf(plainEntityRead(ctx, ref), { ...access.values, name });
+  const [row] = await rowsOf<Record<string, unknown> & { entity_json: EntityJsonText }>(plainEntityRead(ctx, ref), { ...access.values, name });
   if (!row) return undefined;
   settlePlainCaller(ctx.callerState, plainAccessRowOf(row), ref, access.now);
-  return entityOf(row);
+  return row.entity_json;
 }
 
 // --- create ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import type { AppEnv } from '../../context';
-import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
+import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse, jsonText } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
 import {
   BatchMetricsQuery,
@@ -117,7 +117,8 @@ entityRoutes.openapi(
   }),
   async (c) => {
     const { name, ...env } = c.req.valid('param');
-    return c.json(await getEntity(c.get('services'), envRef(env), name), 200);
+    // the Entity's JSON as Postgres wrote it (src/modules/entities/driver-rows.ts)
+    return jsonText<Entity>(c, await getEntity(c.get('services'), envRef(env), name));
   },
 );
 

@@ -10,6 +10,7 @@ import { completeRunsByEntityMove } from '../../runs/transitions';
 import { recordEntityChange } from '../../stream/change-log';
 import { assertEntityInScope, callerCellScope, entityCells } from '../cells/membership';
 import { getEntityTypeDefinition, shareEntityTypeVersion, type EntityTypeDefinition } from '../entity-types/service';
+import type { EntityJsonText } from './driver-rows';
 import { createEntityPlainly, readEntityPlainly, rememberedEntityType, rememberEntityType } from './fast-paths';
 import { validateProperties } from '../properties';
 import {
@@ -213,13 +214,14 @@ export async function visibleEntity(ctx: ServiceContext, envId: string, name: st
   return row;
 }
 
-export async function getEntity(ctx: ServiceContext, ref: EnvRef, name: string): Promise<Entity> {
+/** The entity `name` as its response's JSON text (written by Postgres on the plain path: ./driver-rows.ts). */
+export async function getEntity(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityJsonText> {
   // one round trip when the answer is a plain 200 (fast-paths.ts); otherwise the checks below answer
   const plain = await readEntityPlainly(ctx, ref, name);
-  if (plain) return plain;
+  if (plain !== undefined) return plain;
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:read');
   const scope = await callerCellScope(ctx, project.id);
-  return toEntity(await visibleEntity(ctx, env.id, name, scope));
+  return JSON.stringify(toEntity(await visibleEntity(ctx, env.id, name, scope)));
 }
 
 /** The list, and why each of its filters costs the same on every page, are in ./list.ts. */

@@ -51,16 +51,37 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
   content: { 'application/json': { schema } },
 });
 
-/** RFC 3339 UTC with milliseconds (DECISIONS §1). */
 /**
- * A 200 whose body is JSON text already written (by Postgres: the entity GET
- * and list, src/modules/entities/driver-rows.ts), sent as c.json would send
- * it, typed as the route's JSON response of `T`.
+ * A 200 whose body is JSON text already written (by Postgres: the entity GET,
+ * src/modules/entities/driver-rows.ts), sent as c.json would send it, typed
+ * as the route's JSON response of `T`.
  */
 export function jsonText<T>(c: Context, text: string): Response & TypedResponse<JSONParsed<T>, 200, 'json'> {
   return c.body(text, 200, { 'Content-Type': 'application/json' }) as unknown as Response & TypedResponse<JSONParsed<T>, 200, 'json'>;
 }
 
+/** The first and last instants of the years 1000–9999, in UTC. */
+const EARLIEST_INSTANT = Date.parse('1000-01-01T00:00:00.000Z');
+const LATEST_INSTANT = Date.parse('9999-12-31T23:59:59.999Z');
+
+/**
+ * An instant a client sends (lastSyncedAt, observedAt, updatedSince, since,
+ * until, expiresAt): an RFC 3339 date-time with its offset, in UTC within
+ * the years 1000–9999. RFC 3339 allows the year 0000, which Postgres refuses
+ * (the write failed as a 500); and a timestamp of the years 1–999 is printed
+ * by Postgres in a form that JavaScript's Date, and so drizzle, reads as
+ * another year (0001 as 2001). Within these years every part agrees, and
+ * toISOString() writes the instant back as it was stored.
+ */
+export const DateTimeInput = z.iso
+  .datetime({ offset: true, message: 'must be an RFC 3339 date-time' })
+  .refine((value) => {
+    const instant = Date.parse(value);
+    return instant >= EARLIEST_INSTANT && instant <= LATEST_INSTANT;
+  }, 'must be between 1000-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z')
+  .openapi({ format: 'date-time', example: '2026-11-21T10:20:00.000Z' });
+
+/** RFC 3339 UTC with milliseconds (DECISIONS §1). */
 export const Timestamp = z.string().openapi({ format: 'date-time', example: '2026-11-21T10:20:00.000Z' });
 export const timestamp = (date: Date): string => date.toISOString();
 export const optionalTimestamp = (date: Date | null): string | null => (date ? date.toISOString() : null);

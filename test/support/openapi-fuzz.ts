@@ -224,6 +224,14 @@ const forgedCursor: fc.Arbitrary<string> = fc.oneof(
   fc.array(fc.oneof(fc.string({ maxLength: 20 }), fc.integer(), fc.double({ noNaN: true })), { maxLength: 3 }).map(encodeCursor),
 );
 
+/**
+ * RFC 3339 date-times no store takes, for the fields whose schema says
+ * date-time: the year 0000 (Postgres has none), as is and through an offset;
+ * the years 1–999 (Postgres prints them in a form Date misreads); past 9999
+ * through an offset; a day the calendar does not have.
+ */
+export const dateTimeEdges = ['0000-01-01T00:00:00Z', '0001-01-01T00:30:00+01:00', '0099-06-01T00:00:00Z', '9999-12-31T23:30:00-01:00', '2026-02-30T00:00:00Z'];
+
 /** A query value, encoded for the wire. */
 export const hostileQueryValue: fc.Arbitrary<string> = fc.oneof(
   fc.constantFrom('', '%00', 'abc', '0', '-1', '1000000', '1e999', 'Infinity', 'NaN', '1.5', '%ED%A0%80', '%E0%A4%A', '%', '+', 'a%2Fb', 'x'.repeat(5000)),
@@ -290,6 +298,8 @@ export function exampleFor(schema: JsonSchema, components: Record<string, JsonSc
   }
 }
 
+const DATE_TIME = /^\d{4}-\d\d-\d\dT/;
+
 /** Every path into `value` (`[]` is the value itself), containers and leaves. */
 export function pathsOf(value: unknown): (string | number)[][] {
   const paths: (string | number)[][] = [];
@@ -327,6 +337,7 @@ export type BodyMutation =
   | { kind: 'drop'; at: number }
   | { kind: 'extra'; at: number; key: string; value: unknown }
   | { kind: 'replace'; at: number; value: unknown }
+  | { kind: 'dateEdge'; at: number; value: string }
   | { kind: 'garbage'; text: string }
   | { kind: 'oversized' }
   | { kind: 'none' };
@@ -336,6 +347,7 @@ export const bodyMutation: fc.Arbitrary<BodyMutation> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant('drop' as const), at: fc.nat() }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('extra' as const), at: fc.nat(), key: hostileString.filter((s) => s.length < 300), value: hostileValue }) },
   { weight: 8, arbitrary: fc.record({ kind: fc.constant('replace' as const), at: fc.nat(), value: hostileValue }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant('dateEdge' as const), at: fc.nat(), value: fc.constantFrom(...dateTimeEdges) }) },
   { weight: 3, arbitrary: fc.record({ kind: fc.constant('garbage' as const), text: garbageBody }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'none' as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: 'oversized' as const }) },
@@ -358,6 +370,11 @@ export function mutateBody(example: unknown, mutation: BodyMutation): string | u
       return serialize(deleteAt(value, paths[mutation.at % paths.length]!) ?? null);
     case 'replace':
       return serialize(setAt(value, paths[mutation.at % paths.length]!, mutation.value));
+    case 'dateEdge': {
+      // one of the example's date-times (exampleFor writes them for date-time fields), if it has any
+      const dates = paths.filter((p) => DATE_TIME.test(String(getAt(value, p))));
+      return serialize(dates.length ? setAt(value, dates[mutation.at % dates.length]!, mutation.value) : value);
+    }
     case 'extra': {
       const containers = paths.filter((p) => {
         const v = getAt(value, p);

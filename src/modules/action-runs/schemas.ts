@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { Timestamp } from '../../http/openapi';
+import { DateTimeInput, Timestamp } from '../../http/openapi';
 import { RUN_STATUSES } from '../../db/schema/runs';
 import { EntityParams, EnvParams } from '../entities/schemas';
 
@@ -104,7 +104,7 @@ export const RunListQuery = z.object({
     .openapi({ description: 'Repeat for several' }),
   entity: z.string().min(1).optional().openapi({ description: 'Entity name (runs triggered on it)' }),
   action: z.string().min(1).optional().openapi({ description: 'Action name' }),
-  since: z.iso.datetime({ offset: true }).optional().openapi({ description: 'Only runs created at or after this instant' }),
+  since: DateTimeInput.optional().openapi({ description: 'Only runs created at or after this instant' }),
   limit: z.coerce.number().int().min(1).max(MAX_RUN_PAGE).default(DEFAULT_RUN_PAGE),
   cursor: z.string().min(1).optional().openapi({ description: 'The X-Next-Cursor of the previous page, unchanged' }),
 });

@@ -1,6 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { INSTALLATION_STATUSES, ORG_ROLES } from '../../db/schema';
-import { Timestamp } from '../../http/openapi';
+import { DateTimeInput, Timestamp } from '../../http/openapi';
 
 /** The super-admin control plane's shapes (SPEC "Admin schemas"; row fields: docs/people/admin.md). */
 
@@ -89,7 +89,6 @@ export const MAX_AUDIT_PAGE = 200;
 /** Far beyond any real log, and well inside Postgres' bigint: a huge offset is a 400, not a database error. */
 const MAX_AUDIT_OFFSET = 1_000_000_000;
 
-const Instant = z.iso.datetime({ offset: true, message: 'must be an RFC 3339 date-time' });
 
 export const AdminAuditQuery = z.object({
   limit: z.coerce.number().int().min(1).max(MAX_AUDIT_PAGE).default(DEFAULT_AUDIT_PAGE).openapi({ description: `1–${MAX_AUDIT_PAGE}, default ${DEFAULT_AUDIT_PAGE}` }),
@@ -97,8 +96,8 @@ export const AdminAuditQuery = z.object({
   action: z.string().min(1).max(128).optional().openapi({ description: 'Exact action, e.g. `org.suspended`', example: 'org.suspended' }),
   orgId: z.uuid().optional().openapi({ description: 'Organization id (not a slug)' }),
   actorId: z.string().min(1).max(200).optional().openapi({ description: 'A user id, token id, …: the row `actorId`' }),
-  since: Instant.optional().openapi({ description: 'Events at or after this instant' }),
-  until: Instant.optional().openapi({ description: 'Events strictly before this instant' }),
+  since: DateTimeInput.optional().openapi({ description: 'Events at or after this instant' }),
+  until: DateTimeInput.optional().openapi({ description: 'Events strictly before this instant' }),
 });
 export type AdminAuditQuery = z.infer<typeof AdminAuditQuery>;
 

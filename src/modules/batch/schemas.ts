@@ -1,6 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { EntityName, Labels, Properties } from '../entities/schemas';
 import { ResourceName } from '../names';
+import { DateTimeInput } from '../../http/openapi';
 
 /**
  * `POST ENV/batch`: one source's entities and relationships, upserted and
@@ -12,9 +13,6 @@ import { ResourceName } from '../names';
 export const MAX_BATCH_ENTITIES = 1000;
 export const MAX_BATCH_RELATIONSHIPS = 5000;
 
-const DateTime = z.iso
-  .datetime({ offset: true, message: 'must be an RFC 3339 date-time' })
-  .openapi({ example: '2026-11-21T10:20:00.000Z' });
 
 export const BatchEntity = z
   .strictObject({
@@ -76,7 +74,7 @@ export const BatchRequest = z
       description: 'The owner: entities written get `syncSource` = source; only entities it owns are updated or deleted',
       example: 'terraform:3f0c1d2e-9a41-4b6e-8b0a-6c2d7e1f5a90',
     }),
-    observedAt: DateTime.optional().openapi({
+    observedAt: DateTimeInput.optional().openapi({
       description: 'When the source saw this state: the `lastSyncedAt` of every entity written (default now; at most 5 minutes ahead of the server clock)',
     }),
     dryRun: z.boolean().optional().openapi({ description: 'Computes the same answer and writes nothing' }),

@@ -1,5 +1,5 @@
 import { z } from '@hono/zod-openapi';
-import { Timestamp } from '../../http/openapi';
+import { DateTimeInput, Timestamp } from '../../http/openapi';
 import { ResourceName } from '../names';
 
 /** The Entity response (SPEC Resources, Entity): exactly these fields. */
@@ -63,9 +63,6 @@ export const Properties = z
   .record(z.string(), z.unknown())
   .openapi({ description: "Values of the entity type's properties", example: { size: 'large' } });
 
-const DateTime = z.iso
-  .datetime({ offset: true, message: 'must be an RFC 3339 date-time' })
-  .openapi({ example: '2026-11-21T10:20:00.000Z' });
 
 export const EntityCreate = z
   .strictObject({
@@ -76,7 +73,7 @@ export const EntityCreate = z
     properties: Properties.optional(),
     labels: Labels.optional(),
     syncSource: z.string().min(1).max(256).optional(),
-    lastSyncedAt: DateTime.optional(),
+    lastSyncedAt: DateTimeInput.optional(),
   })
   .openapi('EntityCreate');
 export type EntityCreate = z.infer<typeof EntityCreate>;
@@ -106,7 +103,7 @@ export const EntityListQuery = z.object({
   cell: z.string().min(1).optional().openapi({ description: 'Only direct members of this cell (404 when it does not exist)' }),
   namePrefix: z.string().min(1).max(128).optional(),
   syncSource: z.string().min(1).optional(),
-  updatedSince: DateTime.optional().openapi({ description: 'Only entities updated at or after this instant' }),
+  updatedSince: DateTimeInput.optional().openapi({ description: 'Only entities updated at or after this instant' }),
   limit: z.coerce
     .number()
     .int()
@@ -143,7 +140,7 @@ export const MetricValue = z
 export const SyncStamp = z
   .strictObject({
     source: z.string().min(1).max(256).openapi({ example: 'terraform' }),
-    observedAt: DateTime.optional().openapi({ description: 'When the source saw the entity in sync; defaults to now' }),
+    observedAt: DateTimeInput.optional().openapi({ description: 'When the source saw the entity in sync; defaults to now' }),
   })
   .openapi('EntitySyncStamp');
 

@@ -1,6 +1,6 @@
 import { z } from '@hono/zod-openapi';
 import { ROLES } from '../../auth/permissions';
-import { Timestamp } from '../../http/openapi';
+import { DateTimeInput, Timestamp } from '../../http/openapi';
 import { ResourceName } from '../names';
 
 const TokenFields = {
@@ -33,9 +33,7 @@ export const ServiceTokenCreate = z
     role: z.enum(ROLES).default('member'),
     envName: ResourceName.optional().openapi({ description: 'Pin the token to this environment' }),
     cellScopes: z.array(ResourceName).max(100).optional(),
-    expiresAt: z.iso
-      .datetime({ offset: true, message: 'must be an ISO 8601 date-time' })
-      .optional()
+    expiresAt: DateTimeInput.optional()
       .openapi({ example: '2027-01-01T00:00:00.000Z' }),
     personal: z.boolean().default(false).openapi({
       description:

@@ -11,6 +11,7 @@ import { signIn, signUp, verifiedUser } from '../support/people';
 import { webhookAction } from '../support/run-fixtures';
 import {
   bodyMutation,
+  dateTimeCount,
   dateTimeEdges,
   encodeLoosely,
   exampleFor,
@@ -265,6 +266,30 @@ const caseArbitrary = (op: Operation) =>
     overHttp: fc.nat({ max: 3 }).map((n) => n === 0),
   });
 
+type FuzzCase = ReturnType<typeof caseArbitrary> extends fc.Arbitrary<infer C> ? C : never;
+
+/**
+ * Cases sent before the random ones, whatever the seed: each of dateTimeEdges
+ * in each date-time query parameter, and in each date-time of the example
+ * body, of an operation that has any.
+ */
+function dateEdgeCases(op: Operation, example: unknown): FuzzCase[] {
+  const inQuery = op.queryParams.some((q) => q.schema.format === 'date-time');
+  const inBody = op.method === 'GET' ? 0 : dateTimeCount(example);
+  if (!inQuery && inBody === 0) return [];
+  return dateTimeEdges.flatMap((edge) =>
+    Array.from({ length: Math.max(1, inBody) }, (_, at) => ({
+      segments: op.pathParams.map(() => null),
+      query: op.queryParams.map((q) => (q.schema.format === 'date-time' ? [encodeURIComponent(edge)] : [])),
+      extraQuery: null,
+      headers: op.headerParams.map(() => null),
+      body: inBody === 0 ? ({ kind: op.method === 'GET' ? 'none' : 'asIs' } as const) : ({ kind: 'dateEdge', at, value: edge } as const),
+      contentType: 'application/json',
+      overHttp: false,
+    })),
+  );
+}
+
 describe('fuzzing every operation of the OpenAPI document', () => {
   let base: string;
   // one socket, so each good request after a bad one goes on the bad one's connection when it was kept alive
@@ -354,7 +379,7 @@ describe('fuzzing every operation of the OpenAPI document', () => {
           if (!refusedByParser) expectErrorShape(status, text, where);
           if (before && status >= 400) expect(await fingerprint(), `${where}: a refused write changed the tables`).toEqual(before);
         }),
-        { numRuns: RUNS_PER_OPERATION, seed: SEED },
+        { numRuns: RUNS_PER_OPERATION, seed: SEED, examples: dateEdgeCases(op, example).map((edgeCase) => [edgeCase] as [FuzzCase]) },
       );
     });
   }

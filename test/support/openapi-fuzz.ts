@@ -225,12 +225,21 @@ const forgedCursor: fc.Arbitrary<string> = fc.oneof(
 );
 
 /**
- * RFC 3339 date-times no store takes, for the fields whose schema says
- * date-time: the year 0000 (Postgres has none), as is and through an offset;
- * the years 1–999 (Postgres prints them in a form Date misreads); past 9999
- * through an offset; a day the calendar does not have.
+ * RFC 3339 date-times no store takes (DateTimeInput, src/http/openapi.ts),
+ * for the fields whose schema says date-time: the year 0000 (Postgres has
+ * none), as is and through an offset; the years 1–999 (Postgres prints them
+ * in a form Date misreads), to the last millisecond of 999; past 9999 through
+ * an offset; a day the calendar does not have.
  */
-export const dateTimeEdges = ['0000-01-01T00:00:00Z', '0001-01-01T00:30:00+01:00', '0099-06-01T00:00:00Z', '9999-12-31T23:30:00-01:00', '2026-02-30T00:00:00Z'];
+export const dateTimeEdges = [
+  '0000-06-01T00:00:00Z',
+  '0001-01-01T00:30:00+01:00',
+  '0001-01-01T00:00:00Z',
+  '0099-06-01T00:00:00Z',
+  '0999-12-31T23:59:59.999Z',
+  '9999-12-31T23:30:00-01:00',
+  '2026-02-30T00:00:00Z',
+];
 
 /** A query value, encoded for the wire. */
 export const hostileQueryValue: fc.Arbitrary<string> = fc.oneof(
@@ -299,6 +308,9 @@ export function exampleFor(schema: JsonSchema, components: Record<string, JsonSc
 }
 
 const DATE_TIME = /^\d{4}-\d\d-\d\dT/;
+
+/** How many date-times `example` holds (exampleFor writes one for each date-time field): the `at`s of a dateEdge mutation. */
+export const dateTimeCount = (example: unknown) => pathsOf(example).filter((p) => DATE_TIME.test(String(getAt(example, p)))).length;
 
 /** Every path into `value` (`[]` is the value itself), containers and leaves. */
 export function pathsOf(value: unknown): (string | number)[][] {

@@ -89,7 +89,6 @@ export const MAX_AUDIT_PAGE = 200;
 /** Far beyond any real log, and well inside Postgres' bigint: a huge offset is a 400, not a database error. */
 const MAX_AUDIT_OFFSET = 1_000_000_000;
 
-
 export const AdminAuditQuery = z.object({
   limit: z.coerce.number().int().min(1).max(MAX_AUDIT_PAGE).default(DEFAULT_AUDIT_PAGE).openapi({ description: `1–${MAX_AUDIT_PAGE}, default ${DEFAULT_AUDIT_PAGE}` }),
   offset: z.coerce.number().int().min(0).max(MAX_AUDIT_OFFSET).default(0),

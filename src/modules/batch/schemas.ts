@@ -1,7 +1,7 @@
 import { z } from '@hono/zod-openapi';
+import { DateTimeInput } from '../../http/openapi';
 import { EntityName, Labels, Properties } from '../entities/schemas';
 import { ResourceName } from '../names';
-import { DateTimeInput } from '../../http/openapi';
 
 /**
  * `POST ENV/batch`: one source's entities and relationships, upserted and
@@ -12,7 +12,6 @@ import { DateTimeInput } from '../../http/openapi';
 
 export const MAX_BATCH_ENTITIES = 1000;
 export const MAX_BATCH_RELATIONSHIPS = 5000;
-
 
 export const BatchEntity = z
   .strictObject({

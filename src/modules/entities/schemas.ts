@@ -63,7 +63,6 @@ export const Properties = z
   .record(z.string(), z.unknown())
   .openapi({ description: "Values of the entity type's properties", example: { size: 'large' } });
 
-
 export const EntityCreate = z
   .strictObject({
     kind: z.literal('Entity'),

@@ -33,8 +33,7 @@ export const ServiceTokenCreate = z
     role: z.enum(ROLES).default('member'),
     envName: ResourceName.optional().openapi({ description: 'Pin the token to this environment' }),
     cellScopes: z.array(ResourceName).max(100).optional(),
-    expiresAt: DateTimeInput.optional()
-      .openapi({ example: '2027-01-01T00:00:00.000Z' }),
+    expiresAt: DateTimeInput.optional().openapi({ example: '2027-01-01T00:00:00.000Z' }),
     personal: z.boolean().default(false).openapi({
       description:
         "Minted by a user session only: the token is revoked when the user leaves or is removed from the organization, and never acts above the user's current role",

@@ -39,6 +39,18 @@ export interface RunPorts {
 }
 
 /**
+ * What a webhook attempt reads of its answer: the status and the headers
+ * (Retry-After), and the body only to let it go. A fetch Response is one; the
+ * Node host answers with these alone (src/node/outbound-fetch.ts), having
+ * read and dropped the body itself.
+ */
+export interface OutboundAnswer {
+  status: number;
+  headers: { get(name: string): string | null };
+  body?: { cancel(): Promise<void> } | null;
+}
+
+/**
  * What the run engine works with outside a request: the delivery attempts,
  * the queue consumer, the sweep and the reaper. Each host builds one (Node
  * once, at start; the Worker per queue batch or cron tick, on that
@@ -51,12 +63,8 @@ export interface RunEngine {
   clock: Clock;
   /** [0, 1): the retry schedule's jitter. */
   random: () => number;
-  /**
-   * A webhook attempt's outbound call. Only the answer's status and headers
-   * are read: a host may answer with a Response whose body it has already
-   * read and dropped (the Node host does, src/node/outbound-fetch.ts).
-   */
-  fetch: (url: string, init: RequestInit) => Promise<Response>;
+  /** A webhook attempt's outbound call: fetch's, or a host's own (the Node host's, src/node/outbound-fetch.ts). */
+  fetch: (url: string, init: RequestInit) => Promise<OutboundAnswer>;
   /** Node resolves names before the outbound guard judges them; the Worker's fetch cannot reach private addresses. */
   resolveHost?: ResolveHost;
   /** config.deliveryAttemptTimeoutMs (DECISIONS §4: 10 s). */

@@ -48,9 +48,21 @@ describe('the webhook attempts’ outbound call', () => {
     expect(answer.status).toBe(429);
     expect(answer.headers.get('retry-after')).toBe('7');
     expect(answer.headers.get('x-echo')).toBe('yes');
+    expect(answer.headers.get('Retry-After')).toBe('7');
+    expect(answer.headers.get('x-absent')).toBeNull();
     expect(r.seen).toEqual([
       expect.objectContaining({ method: 'PUT', url: '/hook?a=1&b=two', body: '{"vm":"web-1"}', headers: expect.objectContaining({ 'webhook-id': 'run-1', 'content-type': 'application/json' }) }),
     ]);
+  });
+
+  it('reads headers as Headers.get does: a repeated one joined, a name that is no header absent', async () => {
+    const r = await receiver((_req, res) => {
+      res.setHeader('x-many', ['a', 'b']);
+      res.end();
+    });
+    const answer = await send(`${r.url}/hook`, { method: 'POST', body: '{}' });
+    expect(answer.headers.get('x-many')).toBe(new Headers([['x-many', 'a'], ['x-many', 'b']]).get('x-many'));
+    for (const name of ['constructor', '__proto__', 'toString', 'hasOwnProperty']) expect(answer.headers.get(name)).toBeNull();
   });
 
   it('follows no redirect: a 302 is the answer, and only the first URL is asked', async () => {

@@ -1,6 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { ApiError } from '../../http/errors';
 import { interpolate, interpolateText, InterpolationError, referencedSecrets, type InterpolationContext } from '../interpolation';
+import { attemptSignal } from '../attempt-signal';
 import { checkOutboundUrl } from '../outbound-guard';
 import { buildOutboundRequest, WebhookAuth, type OutboundRequest } from '../outbound-request';
 import { isRetryable, parseRetryAfter, type AttemptOutcome } from '../retry';
@@ -233,14 +234,14 @@ async function send({ trigger: stored, run, engine, signal, templateContext }: A
     // used: the HTTP client quotes the offending header value, often a secret.
     throw new Undeliverable(`the request could not be built: ${unbuildableReason(error)}`);
   }
-  const timeout = AbortSignal.timeout(engine.attemptTimeoutMs);
+  const deadline = attemptSignal(engine.attemptTimeoutMs, signal);
   try {
     const response = await engine.fetch(request.url, {
       method: request.method,
       headers: request.headers,
       body: request.body,
       redirect: 'manual',
-      signal: signal ? AbortSignal.any([timeout, signal]) : timeout,
+      signal: deadline.signal,
     });
     // the body is not read: only the status counts, and a receiver may echo what it was sent
     await response.body?.cancel().catch(() => {});
@@ -258,6 +259,8 @@ async function send({ trigger: stored, run, engine, signal, templateContext }: A
     const cause = error instanceof Error ? (error.cause as { code?: string; message?: string } | undefined) : undefined;
     if (cause?.code === 'EADDRNOTPUBLIC') throw new Undeliverable(`refused to call the webhook URL: ${cause.message}`);
     return { outcome: { kind: 'network-error' }, httpStatus: null, problem: networkErrorText(error, engine.attemptTimeoutMs), latencyMs: elapsed() };
+  } finally {
+    deadline.release();
   }
 }
 

@@ -98,14 +98,26 @@ export async function analyze(database: NodeDatabase): Promise<void> {
 }
 
 /**
+ * How many connections the served PGlite holds open at once. Under `npm run
+ * dev` the Worker opens one per request in flight (more for a request whose
+ * queries run side by side), each through the WebSocket proxy; PGlite runs
+ * their queries one at a time whatever their number, and a connection costs
+ * three file descriptors in the dev process (proxy, client, server side).
+ * pglite-socket refuses one past the limit ("Too many connections"), which
+ * the Worker's request answers with a 500: at 64, the value until
+ * 2026-11-27, the 65th request in flight failed (docs/decisions.md, "Local
+ * Worker").
+ */
+export const PGLITE_TCP_MAX_CONNECTIONS = 1024;
+
+/**
  * Serves an open PGlite over the Postgres wire protocol on a free loopback
  * port, for clients that speak TCP (the `pg` driver, or the Neon driver
  * through the local WebSocket proxy). Development and tests only.
  */
 export async function servePgliteOverTcp(pglite: PGlite): Promise<{ address: string; url: string; stop(): Promise<void> }> {
   const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
-  // several connections may be open at once (each request's pool); PGlite runs their queries one at a time
-  const server = new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0, maxConnections: 64 });
+  const server = new PGLiteSocketServer({ db: pglite, host: '127.0.0.1', port: 0, maxConnections: PGLITE_TCP_MAX_CONNECTIONS });
   await server.start();
   const address = server.getServerConn();
   return { address, url: `postgres://postgres:postgres@${address}/postgres`, stop: () => server.stop() };

@@ -13,7 +13,8 @@ import { startReceiver, type Receiver } from '../support/receiver';
  * database. Every accepted run is delivered (at least once, under its
  * `webhook-id`); none is lost. And under a clean stop: SIGTERM to `npm start`
  * ends the server within its grace period though a receiver hangs and an
- * upload is half sent; the aborted attempt is made again after the restart.
+ * upload is half sent, or though every delivery slot is held with more runs
+ * queued; the aborted attempts are made again after the restart.
  * Embedded PGlite in a data directory by default; with TEST_DATABASE_URL, a
  * fresh database on that server.
  */
@@ -266,6 +267,46 @@ describe('runs across a SIGKILL of the Node host', () => {
       expect(sent.map((request) => request.headers['webhook-id'])).toEqual([runId, runId]);
       // the upload never completed: nothing was created
       expect((await call(host, token, 'GET', '/acme/p/envs/default/entities/Ent')).status).toBe(404);
+    },
+  );
+
+  it(
+    'SIGTERM to `npm start` with every delivery slot held and more runs queued behind them: exit 0 in the grace period, every held attempt aborted, and after a restart every run delivered, the aborted ones still at attempt 1',
+    { timeout: 90_000 },
+    async () => {
+      await host?.kill();
+      host = undefined;
+      const graceMs = 2000;
+      const server = await startServerProcess(
+        { ...session.env, DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '10', DELIVERY_LEASE_SECONDS: '60', SHUTDOWN_GRACE_SECONDS: String(graceMs / 1000) },
+        { npm: true },
+      );
+      // the runner's 8 slots (DEFAULT_JOB_RUNNER_OPTIONS) take the first 8 and hang; 4 more wait in the job table
+      const SLOTS = 8;
+      holding.script(...Array.from({ length: SLOTS }, () => ({ hang: true }) as const), { status: 200 });
+      const before = holding.requests.length;
+      const runIds: string[] = [];
+      for (let i = 0; i < SLOTS + 4; i++) runIds.push(await client(server, token).trigger(`full-${i}`, 'hold'));
+      await holding.waitForRequests(before + SLOTS);
+
+      const code = await within(server.stop('SIGTERM'), graceMs + 6000, 'the server exit after SIGTERM');
+      expect(code, server.output()).toBe(0);
+      expect(server.output()).toContain(`"msg":"stopped","abortedAttempts":${SLOTS}`);
+      // nothing recorded for an aborted attempt, and the queued ones were never taken
+      expect(server.output()).not.toContain('"msg":"delivery attempt"');
+      expect(holding.requests.length - before).toBe(SLOTS);
+
+      host = await startHost(session.env);
+      const api = client(host, token);
+      // the leases were handed back: the restart takes them up at once, not after the 60 s lease
+      const runs = await eventually(async () => {
+        const current = await Promise.all(runIds.map((id) => api.run(id)));
+        return current.every((run) => run.status !== 'pending') ? current : undefined;
+      }, 20_000);
+      expect(runs.map((run) => run.status)).toEqual(runIds.map(() => 'running'));
+      for (const run of runs) expect(run.attempts).toMatchObject([{ attempt: 1, outcome: 'delivered', httpStatus: 200 }]);
+      const delivered = holding.requests.slice(before + SLOTS).map((request) => request.headers['webhook-id']);
+      expect(new Set(delivered)).toEqual(new Set(runIds));
     },
   );
 });

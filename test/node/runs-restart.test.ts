@@ -177,6 +177,22 @@ describe('runs across a SIGKILL of the Node host', () => {
     return client(host, token);
   };
 
+  /** The stop tests' grace period. */
+  const graceMs = 2000;
+  /**
+   * The current process killed, and `npm start` in its place for a clean stop: a 10 s attempt
+   * timeout and a 60 s lease, so only the abort can end a held attempt in time, and only a lease
+   * handed back lets the restart take it up soon.
+   */
+  const startUnderNpm = async () => {
+    await host?.kill();
+    host = undefined;
+    return startServerProcess(
+      { ...session.env, DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '10', DELIVERY_LEASE_SECONDS: '60', SHUTDOWN_GRACE_SECONDS: String(graceMs / 1000) },
+      { npm: true },
+    );
+  };
+
   beforeAll(async () => {
     holding = await startReceiver();
     answering = await startReceiver({ status: 200 });
@@ -233,14 +249,7 @@ describe('runs across a SIGKILL of the Node host', () => {
     'SIGTERM to `npm start` with a delivery held and an upload half sent: the server exits 0 within its grace period; after a restart the aborted attempt is made again, same webhook-id, still attempt 1',
     { timeout: 90_000 },
     async () => {
-      await host?.kill();
-      host = undefined;
-      const graceMs = 2000;
-      // a 10 s attempt timeout and a 60 s lease: only the abort can end the attempt in time, only the lease handed back lets the restart take it up soon
-      const server = await startServerProcess(
-        { ...session.env, DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '10', DELIVERY_LEASE_SECONDS: '60', SHUTDOWN_GRACE_SECONDS: String(graceMs / 1000) },
-        { npm: true },
-      );
+      const server = await startUnderNpm();
       holding.script({ hang: true }, { status: 200 });
       const before = holding.requests.length;
       const runId = await client(server, token).trigger('term-1', 'hold');
@@ -274,13 +283,7 @@ describe('runs across a SIGKILL of the Node host', () => {
     'SIGTERM to `npm start` with every delivery slot held and more runs queued behind them: exit 0 in the grace period, every held attempt aborted, and after a restart every run delivered, the aborted ones still at attempt 1',
     { timeout: 90_000 },
     async () => {
-      await host?.kill();
-      host = undefined;
-      const graceMs = 2000;
-      const server = await startServerProcess(
-        { ...session.env, DELIVERY_ATTEMPT_TIMEOUT_SECONDS: '10', DELIVERY_LEASE_SECONDS: '60', SHUTDOWN_GRACE_SECONDS: String(graceMs / 1000) },
-        { npm: true },
-      );
+      const server = await startUnderNpm();
       // the runner's 8 slots (DEFAULT_JOB_RUNNER_OPTIONS) take the first 8 and hang; 4 more wait in the job table
       const SLOTS = 8;
       holding.script(...Array.from({ length: SLOTS }, () => ({ hang: true }) as const), { status: 200 });

@@ -108,7 +108,7 @@ export async function analyze(database: NodeDatabase): Promise<void> {
  * 2026-11-27, the 65th request in flight failed (docs/decisions.md, "Local
  * Worker").
  */
-export const PGLITE_TCP_MAX_CONNECTIONS = 1024;
+const PGLITE_TCP_MAX_CONNECTIONS = 1024;
 
 /**
  * Serves an open PGlite over the Postgres wire protocol on a free loopback

@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_JOB_RUNNER_OPTIONS } from '../../src/node/job-runner';
 import { createTestDatabase, usingPostgres } from '../support/node-database';
 import { freePort, startServerProcess } from '../support/node-process';
 import { startReceiver, type Receiver } from '../support/receiver';
@@ -284,8 +285,8 @@ describe('runs across a SIGKILL of the Node host', () => {
     { timeout: 90_000 },
     async () => {
       const server = await startUnderNpm();
-      // the runner's 8 slots (DEFAULT_JOB_RUNNER_OPTIONS) take the first 8 and hang; 4 more wait in the job table
-      const SLOTS = 8;
+      // the runner's slots take the first runs and hang; 4 more wait in the job table
+      const SLOTS = DEFAULT_JOB_RUNNER_OPTIONS.concurrency;
       holding.script(...Array.from({ length: SLOTS }, () => ({ hang: true }) as const), { status: 200 });
       const before = holding.requests.length;
       const runIds: string[] = [];

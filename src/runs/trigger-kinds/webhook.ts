@@ -1,7 +1,7 @@
 import { z } from '@hono/zod-openapi';
 import { ApiError } from '../../http/errors';
-import { interpolate, interpolateText, InterpolationError, referencedSecrets, type InterpolationContext } from '../interpolation';
 import { attemptSignal } from '../attempt-signal';
+import { interpolate, interpolateText, InterpolationError, referencedSecrets, type InterpolationContext } from '../interpolation';
 import { checkOutboundUrl } from '../outbound-guard';
 import { buildOutboundRequest, WebhookAuth, type OutboundRequest } from '../outbound-request';
 import { isRetryable, parseRetryAfter, type AttemptOutcome } from '../retry';

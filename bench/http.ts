@@ -39,6 +39,7 @@ import {
   seed,
   startApp,
   startBare,
+  startLeastWork,
   type ListFilter,
   type Seeded,
 } from './http/server';
@@ -332,30 +333,40 @@ export const httpBench: Benchmark = {
         undo.push(bare.stop);
         const bareHono = await startBare(postgres.url, envId, names[0]!, join(scratch, 'bare-hono.log'), 'hono');
         undo.push(bareHono.stop);
+        const leastGetServer = await startLeastWork(postgres.url, join(scratch, 'least-work-get.log'));
+        undo.push(leastGetServer.stop);
         const appGet = (connections: number) => load(target.url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
         const floorGet = (child: { url: string }) => (connections: number) =>
           load(child.url, undefined, connections, () => ({ method: 'GET', path: `/entities/${encodeURIComponent(pick(names))}` }));
         const bareGet = floorGet(bare);
         const honoGet = floorGet(bareHono);
+        const leastGet = (connections: number) => load(leastGetServer.url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
         await bareGet(10)(FIRST_WARMUP_SECONDS);
         await honoGet(10)(FIRST_WARMUP_SECONDS);
+        await leastGet(10)(FIRST_WARMUP_SECONDS);
         const [app10, bare10] = await interleaved(appGet(10), bareGet(10), caseSeconds);
         const [app1, bare1] = await interleaved(appGet(1), bareGet(1), caseSeconds);
         // the architecture's floor, each against the bare server in a pairing of its own
         const [hono10, bareForHono10] = await interleaved(honoGet(10), bareGet(10), caseSeconds);
         const [hono1, bareForHono1] = await interleaved(honoGet(1), bareGet(1), caseSeconds);
-        await Promise.all([bare.stop(), bareHono.stop()]);
-        const trials = { app10, bare10, app1, bare1, hono10, bareForHono10, hono1, bareForHono1 };
+        const [least10, bareForLeast10] = await interleaved(leastGet(10), bareGet(10), caseSeconds);
+        const [least1, bareForLeast1] = await interleaved(leastGet(1), bareGet(1), caseSeconds);
+        await Promise.all([bare.stop(), bareHono.stop(), leastGetServer.stop()]);
+        const trials = { app10, bare10, app1, bare1, hono10, bareForHono10, hono1, bareForHono1, least10, bareForLeast10, least1, bareForLeast1 };
         for (const [what, trial] of Object.entries(trials)) {
           if (trial.non2xx || trial.errors) throw new Error(`GET ${what}: ${describeOutcome(trial)}`);
         }
         const floorNote = `floor: bare node:http + pg Pool(10), one named select by (env_id, name), the row as JSON; names drawn at random from the ${names.length}`;
         const honoNote = 'not a target: Hono on @hono/node-server with that select as its one route and no middleware, vs the bare server in the same run';
+        const leastNote =
+          "not a target: Hono alone, its one route running the app's own statement (the token, tenancy and grants checked in the entity's read) with the token hashed, vs the bare server in the same run";
         printRows('Reads (Postgres)', [
           atLeast('GET ENV/entities/{name}, 10 clients', perSecond(app10), perSecond(bare10), 'req/s', 0.7, `${floorNote}; app p50 ${p50(app10).toFixed(2)} ms, floor ${p50(bare10).toFixed(2)} ms`),
           atMost('GET ENV/entities/{name}, 1 client, p50', p50(app1), p50(bare1), 'ms', 1.5, `${app1.ok} and ${bare1.ok} requests; p99 ${quantile(app1.latencies, 0.99).toFixed(2)} vs ${quantile(bare1.latencies, 0.99).toFixed(2)} ms`),
           atLeast('  Hono alone: GET, 10 clients', perSecond(hono10), perSecond(bareForHono10), 'req/s', 0.7, honoNote),
           atMost('  Hono alone: GET, 1 client, p50', p50(hono1), p50(bareForHono1), 'ms', 1.5, honoNote),
+          atLeast('  least work: GET, 10 clients', perSecond(least10), perSecond(bareForLeast10), 'req/s', 0.7, leastNote),
+          atMost('  least work: GET, 1 client, p50', p50(least1), p50(bareForLeast1), 'ms', 1.5, leastNote),
         ]);
       }
 

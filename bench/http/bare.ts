@@ -15,7 +15,17 @@
  * same pool and select behind a Hono app with the one route
  * `GET /entities/:name`, answered with `c.json`. No middleware: what Hono
  * and its Node adapter cost on their own.
+ *
+ * With BARE_STATEMENT (and BARE_FRAMEWORK=hono) it is the least work of the
+ * app's GET instead: the route `GET /:org/:project/envs/:env/entities/:name`,
+ * the bearer token hashed (SHA-256, as the app stores it), and the app's own
+ * statement (entityReadQuery in src/modules/entities/fast-paths.ts: the
+ * token, tenancy and grant checks folded into the entity's read), whose text
+ * and parameters the bench passes in (leastWorkStatement below); the Entity
+ * answered as the JSON text Postgres writes. Nothing else of the app: no
+ * request id, log line, rate limit, input checks, validation or ORM.
  */
+import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
@@ -32,7 +42,12 @@ function serve(): void {
   const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: APP_POOL_SIZE });
   pool.on('error', () => {});
   const byName = (name: string) => pool.query({ name: 'bare_entity_by_name', text: ENTITY_BY_NAME, values: [envId, name] });
-  const server = process.env.BARE_FRAMEWORK === 'hono' ? honoServer(byName) : nodeServer(byName);
+  const statement = process.env.BARE_STATEMENT;
+  const server = statement
+    ? leastWorkServer(pool, JSON.parse(statement) as LeastWorkStatement)
+    : process.env.BARE_FRAMEWORK === 'hono'
+      ? honoServer(byName)
+      : nodeServer(byName);
   server.listen(Number(process.env.PORT), '127.0.0.1');
   process.once('SIGTERM', () => {
     server.closeAllConnections();
@@ -49,6 +64,34 @@ function honoServer(byName: ByName): Server {
     return rows.length ? c.json(rows[0] as object) : c.json({ error: 'not found', code: 'not_found' }, 404);
   });
   // as serve() in src/node/server.ts builds it, but not yet listening
+  return createAdaptorServer({ fetch: app.fetch }) as Server;
+}
+
+/** A statement's SQL text and its parameters in order: a value, or the name of a placeholder filled per request. */
+export interface LeastWorkStatement {
+  text: string;
+  params: ({ value: unknown } | { placeholder: string })[];
+}
+
+/** The placeholders the app's GET statement takes, from a request. */
+type GetValues = { tokenHash: string; org: string; project: string; env: string; name: string; now: string };
+
+function leastWorkServer(pool: pg.Pool, statement: LeastWorkStatement): Server {
+  const valuesOf = (request: GetValues) =>
+    statement.params.map((param) => ('value' in param ? param.value : request[param.placeholder as keyof GetValues]));
+  const app = new Hono();
+  app.get('/:org/:project/envs/:env/entities/:name', async (c) => {
+    const token = c.req.header('authorization')?.replace(/^Bearer /, '') ?? '';
+    const values = valuesOf({
+      tokenHash: createHash('sha256').update(token).digest('hex'),
+      ...c.req.param(),
+      now: new Date().toISOString(),
+    });
+    const { rows } = await pool.query<{ entity_json: string }>({ name: 'least_entity_read', text: statement.text, values });
+    if (!rows.length) return c.json({ error: 'not found', code: 'not_found' }, 404);
+    return c.body(rows[0]!.entity_json, 200, { 'content-type': 'application/json' });
+  });
+  app.get('/healthz', (c) => c.text('ok'));
   return createAdaptorServer({ fetch: app.fetch }) as Server;
 }
 

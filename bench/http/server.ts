@@ -11,9 +11,15 @@ import { readdir, rename, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { is, Placeholder } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { buildServer, SERVER_ARGS } from '../../scripts/build-server.mjs';
+import type { Queryable } from '../../src/db/client';
+import * as schema from '../../src/db/schema';
+import { entityReadQuery } from '../../src/modules/entities/fast-paths';
 import { BENCH_RATE_LIMIT } from '../harness';
+import type { LeastWorkStatement } from './bare';
 import { callApi, type HttpTarget } from './target';
 
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -183,6 +189,31 @@ export async function startBare(databaseUrl: string, envId: string, probeName: s
     logFile,
     readyPath: `/entities/${encodeURIComponent(probeName)}`,
   });
+}
+
+/**
+ * The least work of the app's GET (bench/http/bare.ts, BARE_STATEMENT): Hono
+ * and the app's own statement, for a path naming its organization and project
+ * by slug (as the bench's paths do), on the database at `databaseUrl`.
+ */
+export async function startLeastWork(databaseUrl: string, logFile: string): Promise<Child> {
+  return startNode({
+    name: 'least-work-get',
+    args: ['--import', 'tsx', 'bench/http/bare.ts'],
+    env: { DATABASE_URL: databaseUrl, BARE_FRAMEWORK: 'hono', BARE_STATEMENT: JSON.stringify(leastWorkStatement()) },
+    port: await freePort(),
+    logFile,
+    readyPath: '/healthz',
+  });
+}
+
+/** entityReadQuery's text and parameters, each a value or the name of the placeholder the bare server fills. */
+function leastWorkStatement(): LeastWorkStatement {
+  const query = entityReadQuery(drizzle.mock({ schema }) as unknown as Queryable, { orgById: false, projectById: false }).toSQL();
+  return {
+    text: query.sql,
+    params: query.params.map((param) => (is(param, Placeholder) ? { placeholder: param.name } : { value: param })),
+  };
 }
 
 const ORG = 'bench-http';

@@ -1,10 +1,11 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
 import { plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
 import type { ServiceContext } from '../../context';
+import type { Queryable } from '../../db/client';
 import { databaseError, SQLSTATE } from '../../db/errors';
 import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
-import { perHandle, plainAccessValues, typeDefinitionCache } from '../one-statement';
+import { perHandle, plainAccessValues, typeDefinitionCache, type PathShape } from '../one-statement';
 import { entityJson, rowsOf, type EntityJsonText } from './driver-rows';
 import { toEntity, type EntityRow } from './service';
 
@@ -24,15 +25,22 @@ import { toEntity, type EntityRow } from './service';
  * Postgres parses it once per connection and keeps its generic plan.
  */
 
-const plainEntityRead = perHandle((db, shape, name) => {
+/**
+ * The entity GET's one statement, not yet prepared: the token and tenancy
+ * (placeholders tokenHash, org, project, env, now) and the entity (name).
+ * Exported for the HTTP bench's least-work floor (bench/http/bare.ts), which
+ * sends this same text without the app around it.
+ */
+export function entityReadQuery(db: Queryable, shape: PathShape) {
   const caller = plainEnvironmentAccess(db, shape, 'data:read').as('caller');
   return db
     .select({ caller: plainAccessColumns(caller), entity: entityJson(getTableColumns(entities)).as('entity_json') })
     .from(caller)
     .innerJoin(entities, and(eq(entities.envId, caller.envId), eq(entities.name, sql.placeholder('name'))))
-    .limit(1)
-    .prepare(name);
-}, 'cellplane_entity_read');
+    .limit(1);
+}
+
+const plainEntityRead = perHandle((db, shape, name) => entityReadQuery(db, shape).prepare(name), 'cellplane_entity_read');
 
 /**
  * GET .../entities/{name} for a caller without cell scopes, when the entity

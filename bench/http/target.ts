@@ -36,6 +36,14 @@ export interface Row {
   note?: string;
 }
 
+/** The target column of a row that only informs (a floor's own cost, say): printed with no PASS or MISS. */
+export const NOT_A_TARGET = '–';
+
+/** A row that informs, beside the targets: value ÷ floor, judged against nothing. */
+export function informs(measure: string, value: number, floor: number, unit: string, note?: string): Row {
+  return { measure, value, floor, unit, ratio: value / floor, target: NOT_A_TARGET, met: true, note };
+}
+
 /** A row whose target is a lower bound on value ÷ floor (throughputs). */
 export function atLeast(measure: string, value: number, floor: number, unit: string, bound: number, note?: string): Row {
   const ratio = value / floor;

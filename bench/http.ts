@@ -15,6 +15,11 @@
  * - then the run engine's deliveries (bench/http/deliveries.ts) and the
  *   change stream's cost per frame (bench/http/stream-cost.ts).
  *
+ * Beside the GET rows, not targets: Hono alone with the bare select, and the
+ * GET's least work, Hono with the app's own token-checked statement
+ * (bench/http/bare.ts). Beside the PGlite RSS row: what PGlite's own query
+ * path promotes to V8's old generation (bench/http/promotion.ts).
+ *
  * 100,000 entities and 200,000 relationships are seeded through POST
  * ENV/batch. BENCH_HTTP_SECONDS (10), BENCH_HTTP_LOAD_SECONDS (60),
  * BENCH_HTTP_ENTITIES (100,000), BENCH_HTTP_PGLITE_ENTITIES and

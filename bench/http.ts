@@ -341,12 +341,15 @@ export const httpBench: Benchmark = {
         undo.push(bareHono.stop);
         const leastGetServer = await startLeastWork(postgres.url, join(scratch, 'least-work-get.log'));
         undo.push(leastGetServer.stop);
-        const appGet = (connections: number) => load(target.url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
+        // the app and its least work take the app's paths and token; the two floors take /entities/{name} and none
+        const entityGet = (url: string) => (connections: number) =>
+          load(url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
+        const appGet = entityGet(target.url);
         const floorGet = (child: { url: string }) => (connections: number) =>
           load(child.url, undefined, connections, () => ({ method: 'GET', path: `/entities/${encodeURIComponent(pick(names))}` }));
         const bareGet = floorGet(bare);
         const honoGet = floorGet(bareHono);
-        const leastGet = (connections: number) => load(leastGetServer.url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
+        const leastGet = entityGet(leastGetServer.url);
         await bareGet(10)(FIRST_WARMUP_SECONDS);
         await honoGet(10)(FIRST_WARMUP_SECONDS);
         await leastGet(10)(FIRST_WARMUP_SECONDS);

@@ -8,7 +8,8 @@
  * Run by startBare (bench/http/server.ts) as `node --import tsx
  * bench/http/bare.ts` with DATABASE_URL, PORT and BARE_ENV_ID; any path
  * answers the entity named by its last segment. It imports nothing of the
- * app, so its process holds only what the floor needs.
+ * app (but the bearer token's reading, for the least work below), so its
+ * process holds only what the floor needs.
  *
  * With BARE_FRAMEWORK=hono it is the floor of the architecture instead
  * (ARCHITECTURE.md: one Hono app, served on Node by @hono/node-server): the
@@ -16,20 +17,21 @@
  * `GET /entities/:name`, answered with `c.json`. No middleware: what Hono
  * and its Node adapter cost on their own.
  *
- * With BARE_STATEMENT (and BARE_FRAMEWORK=hono) it is the least work of the
- * app's GET instead: the route `GET /:org/:project/envs/:env/entities/:name`,
- * the bearer token hashed (SHA-256, as the app stores it), and the app's own
- * statement (entityReadQuery in src/modules/entities/fast-paths.ts: the
- * token, tenancy and grant checks folded into the entity's read), whose text
- * and parameters the bench passes in (leastWorkStatement below); the Entity
- * answered as the JSON text Postgres writes. Nothing else of the app: no
- * request id, log line, rate limit, input checks, validation or ORM.
+ * With BARE_STATEMENT it is the least work of the app's GET instead, on
+ * Hono: the route `GET /:org/:project/envs/:env/entities/:name`, the bearer
+ * token read as the app reads it and hashed to what the app stores, and the
+ * app's own statement (entityReadQuery in src/modules/entities/fast-paths.ts:
+ * the token, tenancy and grant checks folded into the entity's read), whose
+ * text and parameters the bench passes in (leastWorkStatement, ./server.ts);
+ * the Entity answered as the JSON text Postgres writes. Nothing else of the
+ * app: no request id, log line, rate limit, input checks, validation or ORM.
  */
 import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
 import pg from 'pg';
+import { bearerCredential } from '../../src/auth/caller';
 
 /** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
 const APP_POOL_SIZE = 10;
@@ -81,9 +83,9 @@ function leastWorkServer(pool: pg.Pool, statement: LeastWorkStatement): Server {
     statement.params.map((param) => ('value' in param ? param.value : request[param.placeholder as keyof GetValues]));
   const app = new Hono();
   app.get('/:org/:project/envs/:env/entities/:name', async (c) => {
-    const token = c.req.header('authorization')?.replace(/^Bearer /, '') ?? '';
     const values = valuesOf({
-      tokenHash: createHash('sha256').update(token).digest('hex'),
+      // hashServiceToken's value (SHA-256, hex), by Node's native hash: the least a Node host could spend on it
+      tokenHash: createHash('sha256').update(bearerCredential(c.req.header('authorization')) ?? '').digest('hex'),
       ...c.req.param(),
       now: new Date().toISOString(),
     });

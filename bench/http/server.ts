@@ -181,14 +181,8 @@ export async function startApp(database: AppDatabase, logFile: string, name: str
  * @hono/node-server instead of node:http alone: the architecture's floor.
  */
 export async function startBare(databaseUrl: string, envId: string, probeName: string, logFile: string, framework: 'node' | 'hono' = 'node'): Promise<Child> {
-  return startNode({
-    name: framework === 'hono' ? 'bare-hono' : 'bare',
-    args: ['--import', 'tsx', 'bench/http/bare.ts'],
-    env: { DATABASE_URL: databaseUrl, BARE_ENV_ID: envId, BARE_FRAMEWORK: framework },
-    port: await freePort(),
-    logFile,
-    readyPath: `/entities/${encodeURIComponent(probeName)}`,
-  });
+  const env = { DATABASE_URL: databaseUrl, BARE_ENV_ID: envId, BARE_FRAMEWORK: framework };
+  return startBareChild(framework === 'hono' ? 'bare-hono' : 'bare', env, `/entities/${encodeURIComponent(probeName)}`, logFile);
 }
 
 /**
@@ -197,14 +191,12 @@ export async function startBare(databaseUrl: string, envId: string, probeName: s
  * by slug (as the bench's paths do), on the database at `databaseUrl`.
  */
 export async function startLeastWork(databaseUrl: string, logFile: string): Promise<Child> {
-  return startNode({
-    name: 'least-work-get',
-    args: ['--import', 'tsx', 'bench/http/bare.ts'],
-    env: { DATABASE_URL: databaseUrl, BARE_FRAMEWORK: 'hono', BARE_STATEMENT: JSON.stringify(leastWorkStatement()) },
-    port: await freePort(),
-    logFile,
-    readyPath: '/healthz',
-  });
+  return startBareChild('least-work-get', { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatement()) }, '/healthz', logFile);
+}
+
+/** bench/http/bare.ts as a child process on a free port, in the mode `env` chooses. */
+async function startBareChild(name: string, env: Record<string, string>, readyPath: string, logFile: string): Promise<Child> {
+  return startNode({ name, args: ['--import', 'tsx', 'bench/http/bare.ts'], env, port: await freePort(), logFile, readyPath });
 }
 
 /** entityReadQuery's text and parameters, each a value or the name of the placeholder the bare server fills. */

@@ -1,3 +1,4 @@
+import type { PlainCallers } from './auth/plain-callers';
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
@@ -35,6 +36,8 @@ export interface ServiceContext {
    * request has succeeded (so after the commit).
    */
   readonly changedEnvironments: Set<string>;
+  /** See Platform.plainCallers. */
+  readonly plainCallers?: PlainCallers;
   readonly requestId: string;
 }
 

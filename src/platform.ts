@@ -1,3 +1,4 @@
+import type { PlainCallers } from './auth/plain-callers';
 import type { Context } from 'hono';
 import type { Config } from './config';
 import type { Db } from './db/client';
@@ -143,6 +144,12 @@ export interface Platform {
    * where there is none: an Error and its stack on every Node request.
    */
   executionContext: boolean;
+  /**
+   * Plain answers of the token check, remembered for this database and
+   * validated by its access epoch (src/auth/plain-callers.ts). Without it
+   * every request checks its token in full.
+   */
+  plainCallers?: PlainCallers;
   /**
    * The app serves the local-first CLI inside its own process, with no port
    * open: a request without credentials is the operator's, with every power

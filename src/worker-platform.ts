@@ -1,3 +1,4 @@
+import { PlainCallers } from './auth/plain-callers';
 import { neonConfig, Pool } from '@neondatabase/serverless';
 import { drizzle } from 'drizzle-orm/neon-serverless';
 import { ConfigError, loadConfig, type Config } from './config';
@@ -106,6 +107,8 @@ export function createWorkerPlatform(env: WorkerEnv, options: { logSink?: LogSin
     changes: environmentStreams(env),
     mailer: workerMailer(logger),
     rateLimits: rateLimiterObjects(env, systemClock),
+    // the platform lives as long as the isolate (src/worker.ts): so do the answers it remembers
+    plainCallers: new PlainCallers(),
     executionContext: true,
   };
 }

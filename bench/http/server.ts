@@ -17,9 +17,9 @@ import pg from 'pg';
 import { buildServer, SERVER_ARGS } from '../../scripts/build-server.mjs';
 import type { Queryable } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
-import { entityReadQuery } from '../../src/modules/entities/fast-paths';
+import { entityReadQuery, rememberedEntityReadQuery } from '../../src/modules/entities/fast-paths';
 import { BENCH_RATE_LIMIT } from '../harness';
-import type { LeastWorkStatement } from './bare';
+import type { LeastWorkStatement, LeastWorkStatements } from './bare';
 import { callApi, type HttpTarget } from './target';
 
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -191,7 +191,7 @@ export async function startBare(databaseUrl: string, envId: string, probeName: s
  * by slug (as the bench's paths do), on the database at `databaseUrl`.
  */
 export async function startLeastWork(databaseUrl: string, logFile: string): Promise<Child> {
-  return startBareChild('least-work-get', { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatement()) }, '/healthz', logFile);
+  return startBareChild('least-work-get', { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatements()) }, '/healthz', logFile);
 }
 
 /** bench/http/bare.ts as a child process on a free port, in the mode `env` chooses. */
@@ -199,12 +199,16 @@ async function startBareChild(name: string, env: Record<string, string>, readyPa
   return startNode({ name, args: ['--import', 'tsx', 'bench/http/bare.ts'], env, port: await freePort(), logFile, readyPath });
 }
 
-/** entityReadQuery's text and parameters, each a value or the name of the placeholder the bare server fills. */
-function leastWorkStatement(): LeastWorkStatement {
-  const query = entityReadQuery(drizzle.mock({ schema }) as unknown as Queryable, { orgById: false, projectById: false }).toSQL();
+/** The GET's two statements (src/modules/entities/fast-paths.ts), each as text and parameters: a value or the name of a placeholder the bare server fills. */
+function leastWorkStatements(): LeastWorkStatements {
+  const mock = drizzle.mock({ schema }) as unknown as Queryable;
+  const statement = ({ sql: text, params }: { sql: string; params: unknown[] }): LeastWorkStatement => ({
+    text,
+    params: params.map((param) => (is(param, Placeholder) ? { placeholder: param.name } : { value: param })),
+  });
   return {
-    text: query.sql,
-    params: query.params.map((param) => (is(param, Placeholder) ? { placeholder: param.name } : { value: param })),
+    inFull: statement(entityReadQuery(mock, { orgById: false, projectById: false }).toSQL()),
+    remembered: statement(rememberedEntityReadQuery(mock).toSQL()),
   };
 }
 

@@ -160,6 +160,7 @@ class RequestServices implements ServiceContext {
   readonly changes: ServiceContext['changes'];
   readonly mailer: ServiceContext['mailer'];
   readonly changedEnvironments = new Set<string>();
+  readonly plainCallers: ServiceContext['plainCallers'];
   /** Set by the middleware once the request is authenticated, before any handler runs. */
   callerState!: CallerState;
   readonly #platform: Platform;
@@ -177,6 +178,7 @@ class RequestServices implements ServiceContext {
     this.namedStatements = platform.namedStatements;
     this.deliveries = platform.deliveries;
     this.changes = platform.changes;
+    this.plainCallers = platform.plainCallers;
     this.mailer = platform.mailer;
   }
 

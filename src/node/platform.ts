@@ -1,3 +1,4 @@
+import { PlainCallers } from '../auth/plain-callers';
 import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
@@ -151,6 +152,8 @@ export function platformOnSharedDatabase(options: {
     changes: options.changes ?? noChangeStreams,
     mailer: options.mailer ?? createNodeMailer(options.config, options.logger),
     rateLimits: options.rateLimits ?? new NodeRateLimits({ clock: options.clock ?? systemClock, logger: options.logger }),
+    // one per platform, and a platform serves one database
+    plainCallers: new PlainCallers(),
     executionContext: false,
   };
 }

@@ -65,6 +65,24 @@ export const systemState = pgTable(
   (t) => [check('system_state_singleton', sql`${t.id} = 1`)],
 );
 
+/**
+ * One row, always: a counter that every change able to alter a plain
+ * caller's answer moves, in that change's own transaction (triggers in
+ * migrations/0009_access_epoch.sql: any UPDATE, DELETE or TRUNCATE of
+ * `service_tokens`, `orgs` or `projects`, and of `environments` but for its
+ * `change_seq`). The entity GET remembers a token's plain answer with the
+ * epoch it was read at, and its one statement checks the epoch instead of
+ * joining the four tables again (src/auth/plain-callers.ts).
+ */
+export const accessEpoch = pgTable(
+  'access_epoch',
+  {
+    id: integer('id').primaryKey().default(1),
+    value: bigint('value', { mode: 'number' }).notNull().default(0),
+  },
+  (t) => [check('access_epoch_singleton', sql`${t.id} = 1`)],
+);
+
 export const serviceTokens = pgTable(
   'service_tokens',
   {

@@ -1,11 +1,12 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
 import { plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
+import { plainCallerKey } from '../../auth/plain-callers';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { databaseError, SQLSTATE } from '../../db/errors';
-import { entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
+import { accessEpoch, entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
-import { perHandle, plainAccessValues, typeDefinitionCache, type PathShape } from '../one-statement';
+import { oncePerHandle, perHandle, plainAccessValues, typeDefinitionCache, type PathShape } from '../one-statement';
 import { entityJson, rowsOf, type EntityJsonText } from './driver-rows';
 import { toEntity, type EntityRow } from './service';
 
@@ -26,21 +27,46 @@ import { toEntity, type EntityRow } from './service';
  */
 
 /**
- * The entity GET's one statement, not yet prepared: the token and tenancy
- * (placeholders tokenHash, org, project, env, now) and the entity (name).
- * Exported for the HTTP bench's least-work floor (bench/http/bare.ts), which
- * sends this same text without the app around it.
+ * The entity GET's statement for a token whose plain answer is not
+ * remembered, not yet prepared: the token and tenancy (placeholders
+ * tokenHash, org, project, env, now), the access epoch in the same snapshot,
+ * and the entity (name). Exported for the HTTP bench's least-work floor
+ * (bench/http/bare.ts), which sends this same text without the app around it.
  */
 export function entityReadQuery(db: Queryable, shape: PathShape) {
   const caller = plainEnvironmentAccess(db, shape, 'data:read').as('caller');
   return db
-    .select({ caller: plainAccessColumns(caller), entity: entityJson(getTableColumns(entities)).as('entity_json') })
+    .select({
+      caller: plainAccessColumns(caller),
+      // the epoch the caller is remembered with (src/auth/plain-callers.ts)
+      epoch: sql<string | null>`(select ${accessEpoch.value}::text from ${accessEpoch} where ${accessEpoch.id} = 1)`.as('access_epoch'),
+      entity: entityJson(getTableColumns(entities)).as('entity_json'),
+    })
     .from(caller)
     .innerJoin(entities, and(eq(entities.envId, caller.envId), eq(entities.name, sql.placeholder('name'))))
     .limit(1);
 }
 
+/**
+ * The entity GET's statement for a remembered caller: the access epoch now,
+ * and the entity named `name` in the caller's environment (envId), null if
+ * there is none. One row whenever the epoch's row exists. Exported for the
+ * least-work floor too.
+ */
+export function rememberedEntityReadQuery(db: Queryable) {
+  return db
+    .select({
+      epoch: sql<string>`${accessEpoch.value}::text`.as('access_epoch'),
+      entity: entityJson(getTableColumns(entities)).as('entity_json'),
+    })
+    .from(accessEpoch)
+    .leftJoin(entities, and(eq(entities.envId, sql.placeholder('envId')), eq(entities.name, sql.placeholder('name'))))
+    .where(eq(accessEpoch.id, 1))
+    .limit(1);
+}
+
 const plainEntityRead = perHandle((db, shape, name) => entityReadQuery(db, shape).prepare(name), 'cellplane_entity_read');
+const rememberedEntityRead = oncePerHandle((db, name) => rememberedEntityReadQuery(db).prepare(name), 'cellplane_entity_read_remembered');
 
 /**
  * GET .../entities/{name} for a caller without cell scopes, when the entity
@@ -52,9 +78,28 @@ const plainEntityRead = perHandle((db, shape, name) => entityReadQuery(db, shape
 export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityJsonText | undefined> {
   const access = plainAccessValues(ctx, ref);
   if (!access) return undefined;
-  const [row] = await rowsOf<Record<string, unknown> & { entity_json: EntityJsonText }>(plainEntityRead(ctx, ref), { ...access.values, name });
+  const callers = ctx.plainCallers;
+  const key = callers && plainCallerKey(access.values.tokenHash, ref, 'data:read');
+  const remembered = key === undefined ? undefined : callers!.recall(key, access.now);
+  if (remembered) {
+    const [row] = await rowsOf<{ access_epoch: string; entity_json: EntityJsonText | null }>(rememberedEntityRead(ctx), { envId: remembered.row.envId, name });
+    if (row?.access_epoch === remembered.epoch) {
+      // nothing the answer rests on has changed; no entity is the usual way's 404
+      if (row.entity_json === null) return undefined;
+      settlePlainCaller(ctx.callerState, remembered.row, ref, access.now);
+      return row.entity_json;
+    }
+    // something moved the epoch since: the token is checked in full, and remembered again
+    callers!.forget(key!);
+  }
+  const [row] = await rowsOf<Record<string, unknown> & { access_epoch: string | null; entity_json: EntityJsonText }>(plainEntityRead(ctx, ref), {
+    ...access.values,
+    name,
+  });
   if (!row) return undefined;
-  settlePlainCaller(ctx.callerState, plainAccessRowOf(row), ref, access.now);
+  const caller = plainAccessRowOf(row);
+  if (key !== undefined && row.access_epoch !== null) callers!.remember(key, { row: caller, epoch: row.access_epoch });
+  settlePlainCaller(ctx.callerState, caller, ref, access.now);
   return row.entity_json;
 }
 

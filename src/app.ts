@@ -1,6 +1,6 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Hook } from '@hono/zod-openapi';
-import type { MiddlewareHandler } from 'hono';
+import type { Context, MiddlewareHandler, Next } from 'hono';
 import { requestId } from 'hono/request-id';
 import { matchedRoutes } from 'hono/route';
 import { sql } from 'drizzle-orm';
@@ -52,11 +52,17 @@ const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
   );
 };
 
-/** Runs `middleware` only when a real route matched, so unknown paths fall through to a plain 404. */
-const onMatchedRoutes =
-  (middleware: MiddlewareHandler<AppEnv>): MiddlewareHandler<AppEnv> =>
-  (c, next) =>
-    matchedRoutes(c).some((route) => route.method !== 'ALL') ? middleware(c, next) : next();
+/**
+ * Runs `middleware`, in order, only when a real route matched, so unknown
+ * paths fall through to a plain 404. The match is asked once for them all.
+ */
+const onMatchedRoutes = (...middleware: MiddlewareHandler<AppEnv>[]): MiddlewareHandler<AppEnv> => {
+  const run = async (c: Context<AppEnv>, next: Next, at: number): Promise<void> => {
+    if (at === middleware.length) return next();
+    await middleware[at]!(c, () => run(c, next, at + 1));
+  };
+  return (c, next) => (matchedRoutes(c).some((route) => route.method !== 'ALL') ? run(c, next, 0) : next());
+};
 
 export function createApp(platform: Platform) {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
@@ -139,13 +145,7 @@ export function createApp(platform: Platform) {
   app.on(['GET', 'POST'], `${AUTH_BASE_PATH}/*`, refuseHostileUrl(), limitBody(), authHandler(platform));
 
   const api = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
-  api.use(
-    '*',
-    onMatchedRoutes(refuseHostileUrl()),
-    onMatchedRoutes(limitBody()),
-    onMatchedRoutes(parseJsonBody()),
-    onMatchedRoutes(requestContext(platform)),
-  );
+  api.use('*', onMatchedRoutes(refuseHostileUrl(), limitBody(), parseJsonBody(), requestContext(platform)));
   api.route('/', orgRoutes);
   api.route('/', memberRoutes);
   // SSO routes exist in cloud mode only (SPEC: 404 in oss)

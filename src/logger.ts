@@ -27,7 +27,15 @@ const isSensitiveKey = (key: string) => {
   return sensitive;
 };
 
-export type LogSink = (line: string, level: LogLevel) => void;
+export type LogSink = ((line: string, level: LogLevel) => void) & {
+  /**
+   * Takes an info or debug line to render later, before it is written (the
+   * Node host's sink writes a turn's lines after the responses that logged
+   * them): its JSON is then built off the request's path. Lines whose fields
+   * are all primitives only, so nothing they hold can change meanwhile.
+   */
+  later?: (render: () => string) => void;
+};
 
 const consoleSink: LogSink = (line, level) => {
   if (level === 'error' || level === 'warn') console.error(line);
@@ -62,9 +70,15 @@ export function createLogger(options: {
 
   const write = (level: LogLevel, message: string, fields?: LogFields) => {
     if (LEVELS[level] < threshold) return;
-    const record = { level, time: new Date().toISOString(), msg: message, ...fields };
     // a replacer takes JSON.stringify off its fast path; a flat record of safe names (the request line) needs none
-    sink(scrub(JSON.stringify(record, needsReplacer(fields) ? logReplacer : undefined)), level);
+    const replacer = needsReplacer(fields) ? logReplacer : undefined;
+    if (!replacer && sink.later && (level === 'info' || level === 'debug')) {
+      const time = Date.now();
+      sink.later(() => scrub(JSON.stringify({ level, time: new Date(time).toISOString(), msg: message, ...fields })));
+      return;
+    }
+    const record = { level, time: new Date().toISOString(), msg: message, ...fields };
+    sink(scrub(JSON.stringify(record, replacer)), level);
   };
 
   return {

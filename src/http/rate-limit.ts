@@ -123,13 +123,19 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
   const describe = (standing: RateLimitStanding, seconds: number) => `"${POLICY}";r=${standing.remaining};t=${seconds}`;
 
   /** A store that cannot count (a Durable Object unreachable) admits the request: the API stays up, unlimited meanwhile. */
-  const countOrAdmit = async (key: string): Promise<RateLimitStanding> => {
+  const admitUncounted = (key: string, error: unknown): RateLimitStanding => {
+    platform.logger.warn('rate limit store unavailable; request admitted uncounted', { error });
+    return { allowed: true, remaining: limit, resetAt: rateLimitWindow(key, clock.now().getTime()).end };
+  };
+  /** The store's answer; a store that counts in memory (the Node host's) answers at once, with no turn through a promise. */
+  const countOrAdmit = (key: string): RateLimitStanding | Promise<RateLimitStanding> => {
+    let counted: RateLimitStanding | Promise<RateLimitStanding>;
     try {
-      return await rateLimits.hit(key, limit);
+      counted = rateLimits.hit(key, limit);
     } catch (error) {
-      platform.logger.warn('rate limit store unavailable; request admitted uncounted', { error });
-      return { allowed: true, remaining: limit, resetAt: rateLimitWindow(key, clock.now().getTime()).end };
+      return admitUncounted(key, error);
     }
+    return counted instanceof Promise ? counted.catch((error: unknown) => admitUncounted(key, error)) : counted;
   };
 
   return async (c, next) => {
@@ -138,11 +144,13 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
     if (tokenHash) c.set('serviceTokenHash', tokenHash);
     // an address whose failed credentials spent its budget is refused before its next token is looked up: no I/O
     const failures = failureKey === undefined ? undefined : rateLimits.peek(failureKey, limit);
-    const standing = failures && !failures.allowed ? failures : await countOrAdmit(key);
+    let standing = failures && !failures.allowed ? failures : countOrAdmit(key);
+    if (standing instanceof Promise) standing = await standing;
     // prepared here, they reach every response the context builds, errors included
     const seconds = secondsLeft(standing);
     const headers = { 'RateLimit-Policy': policy, RateLimit: describe(standing, seconds) };
-    for (const [name, value] of Object.entries(headers)) c.header(name, value);
+    c.header('RateLimit-Policy', headers['RateLimit-Policy']);
+    c.header('RateLimit', headers.RateLimit);
     // for a response written past the context (the Node host's change stream, straight to its socket)
     c.set('rateLimitHeaders', headers);
     if (!standing.allowed) {

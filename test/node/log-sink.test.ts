@@ -1,7 +1,9 @@
 import { spawn } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/logger';
 import { createStdoutSink } from '../../src/node/log-sink';
+import { Secret } from '../../src/secret';
 
 /** A stream that records each write it receives, as one string. */
 function recorder(writes: string[], name: string): Writable {
@@ -34,6 +36,33 @@ describe('the Node host log sink', () => {
     sink('{"bad":1}', 'error');
     sink('{"careful":1}', 'warn');
     expect(writes).toEqual(['out:{"before":1}\n', 'err:{"bad":1}\n', 'err:{"careful":1}\n']);
+  });
+
+  it("renders a logger's flat info lines when it writes them, scrubbed, in order with the rest", async () => {
+    const writes: string[] = [];
+    const sink = createStdoutSink({ stdout: recorder(writes, 'out'), stderr: recorder(writes, 'err') });
+    const secret = 's3cr3t-value-of-the-test';
+    const logger = createLogger({ secrets: [new Secret(secret)], sink });
+    const rendered: string[] = [];
+    const later = sink.later!;
+    sink.later = (render) => later(() => {
+      const line = render();
+      rendered.push(line);
+      return line;
+    });
+    logger.info('request', { path: `/x/${secret}`, status: 200 });
+    logger.info('nested', { error: new Error(`boom ${secret}`) });
+    // a flat line waits to be rendered; one with an object in it is rendered at once, by the replacer
+    expect(rendered).toEqual([]);
+    logger.error('failed', { status: 500 });
+    expect(rendered).toHaveLength(1);
+    const [out, err] = writes;
+    const lines = out!.slice('out:'.length).trimEnd().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(lines.map((line) => line.msg)).toEqual(['request', 'nested']);
+    expect(lines[0]).toMatchObject({ level: 'info', path: '/x/[redacted]', status: 200 });
+    expect(new Date(lines[0]!.time as string).toISOString()).toBe(lines[0]!.time);
+    expect(out).not.toContain(secret);
+    expect(JSON.parse(err!.slice('err:'.length))).toMatchObject({ level: 'error', msg: 'failed', status: 500 });
   });
 
   it('writes what it still holds when the process dies of an uncaught error', async () => {

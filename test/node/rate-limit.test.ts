@@ -10,6 +10,8 @@ import { rateLimitCounters } from '../../src/db/schema';
 import { addressPartition } from '../../src/http/rate-limit';
 import { createNodePlatform } from '../../src/node/platform';
 import { NodeRateLimits } from '../../src/node/rate-limit-store';
+import { createApp } from '../../src/app';
+import type { RateLimits } from '../../src/platform';
 import { createTestApi, manualClock, TEST_SECRETS, type ApiResponse, type TestApi } from '../support/node-app';
 import { createTestDatabase, usingPostgres } from '../support/node-database';
 import { createTenant, expectError, mintToken, type Tenant } from '../support/fixtures';
@@ -237,6 +239,28 @@ describe('rate limits on the Node host', () => {
       expect(response.headers.get('ratelimit')).toMatch(/^"default";r=\d+;t=\d+$/);
     } finally {
       await response.body?.cancel();
+    }
+  });
+
+  it('admits a request uncounted, with a warning, when the store cannot count: thrown at once or rejected later', async () => {
+    const api = await limitedApi();
+    for (const failure of ['throws', 'rejects'] as const) {
+      const store: RateLimits = {
+        clientAddress: () => undefined,
+        peek: () => undefined,
+        hit: () => {
+          if (failure === 'throws') throw new Error('store unreachable');
+          return Promise.reject(new Error('store unreachable'));
+        },
+      };
+      const app = createApp({ ...api.platform, rateLimits: store });
+      const logged = api.logs.length;
+      const response = await app.request('/healthz');
+      expect(response.status).toBe(200);
+      expect(response.headers.get('ratelimit-policy')).toBe(POLICY);
+      expect(response.headers.get('ratelimit')).toMatch(new RegExp(`^"default";r=${LIMIT};t=\\d+$`));
+      const warnings = api.logs.slice(logged).map((line) => JSON.parse(line) as { level: string; msg: string });
+      expect(warnings).toContainEqual(expect.objectContaining({ level: 'warn', msg: 'rate limit store unavailable; request admitted uncounted' }));
     }
   });
 

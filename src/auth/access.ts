@@ -307,22 +307,20 @@ export function plainAccessColumns(from: { [K in keyof typeof plainAccessFields]
 }
 
 /** Settles the caller of a request plainEnvironmentAccess matched, from the columns it selected. */
-export function settlePlainCaller(
-  state: CallerState,
-  row: PlainAccessRow,
-  ref: EnvRef,
-  now: Date,
-): void {
-  state.settle(
-    tokenCaller(
-      {
-        ...row,
-        // plainEnvironmentAccess matches no cell-scoped grants, and pinned ones only in their own environment: the path's
-        grantCellScopes: [],
-        grantEnvName: row.grantEnvId === null ? null : ref.env,
-      },
-      { now: () => now },
-    ),
+export function settlePlainCaller(state: CallerState, row: PlainAccessRow, ref: EnvRef, now: Date): void {
+  state.settle(plainCaller(row, ref, now));
+}
+
+/** The caller plainEnvironmentAccess matched, from the columns it selected, for the path `ref`. */
+export function plainCaller(row: PlainAccessRow, ref: EnvRef, now: Date): Caller {
+  return tokenCaller(
+    {
+      ...row,
+      // plainEnvironmentAccess matches no cell-scoped grants, and pinned ones only in their own environment: the path's
+      grantCellScopes: [],
+      grantEnvName: row.grantEnvId === null ? null : ref.env,
+    },
+    { now: () => now },
   );
 }
 

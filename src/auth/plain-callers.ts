@@ -1,3 +1,4 @@
+import type { Caller } from '../context';
 import type { EnvRef, PlainAccessRow } from './access';
 import type { Permission } from './permissions';
 
@@ -54,6 +55,8 @@ export class PlainCallers {
 
 export interface RememberedCaller {
   row: PlainAccessRow;
+  /** The caller `row` settles, built once: a Caller is never changed once built. */
+  caller: Caller;
   /** `access_epoch.value` in the snapshot that read `row`, as text (drivers differ on bigint). */
   epoch: string;
 }

@@ -1,7 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PlainCallers, plainCallerKey } from '../../src/auth/plain-callers';
-import type { PlainAccessRow } from '../../src/auth/access';
+import { plainCaller, type PlainAccessRow } from '../../src/auth/access';
 import { accessEpoch, environments, orgs, projects, serviceTokens } from '../../src/db/schema';
 import type { NodeDatabase } from '../../src/node/database';
 import { createTestApi, manualClock, type TestApi } from '../support/node-app';
@@ -233,10 +233,11 @@ describe('PlainCallers', () => {
     envId: 'e',
   });
   const now = new Date('2026-11-27T10:00:00.000Z');
+  const caller = plainCaller(row(null), { org: 'o', project: 'p', env: 'default' }, now);
 
   it('keeps at most its capacity, dropping the oldest', () => {
     const callers = new PlainCallers(2);
-    for (const key of ['a', 'b', 'c']) callers.remember(key, { row: row(null), epoch: '1' });
+    for (const key of ['a', 'b', 'c']) callers.remember(key, { row: row(null), caller, epoch: '1' });
     expect(callers.size).toBe(2);
     expect(callers.recall('a', now)).toBeUndefined();
     expect(callers.recall('c', now)?.epoch).toBe('1');
@@ -244,7 +245,7 @@ describe('PlainCallers', () => {
 
   it('forgets an answer whose token has expired', () => {
     const callers = new PlainCallers();
-    callers.remember('k', { row: row(new Date(now.getTime() + 1)), epoch: '1' });
+    callers.remember('k', { row: row(new Date(now.getTime() + 1)), caller, epoch: '1' });
     expect(callers.recall('k', now)).toBeDefined();
     expect(callers.recall('k', new Date(now.getTime() + 1))).toBeUndefined();
     expect(callers.size).toBe(0);

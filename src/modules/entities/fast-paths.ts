@@ -1,5 +1,5 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
-import { plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
+import { plainAccessColumns, plainAccessRowOf, plainCaller, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
 import { plainCallerKey } from '../../auth/plain-callers';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
@@ -86,7 +86,7 @@ export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: 
     if (row?.access_epoch === remembered.epoch) {
       // nothing the answer rests on has changed; no entity is the usual way's 404
       if (row.entity_json === null) return undefined;
-      settlePlainCaller(ctx.callerState, remembered.row, ref, access.now);
+      ctx.callerState.settle(remembered.caller);
       return row.entity_json;
     }
     // something moved the epoch since: the token is checked in full, and remembered again
@@ -97,9 +97,10 @@ export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: 
     name,
   });
   if (!row) return undefined;
-  const caller = plainAccessRowOf(row);
-  if (key !== undefined && row.access_epoch !== null) callers!.remember(key, { row: caller, epoch: row.access_epoch });
-  settlePlainCaller(ctx.callerState, caller, ref, access.now);
+  const checked = plainAccessRowOf(row);
+  const caller = plainCaller(checked, ref, access.now);
+  if (key !== undefined && row.access_epoch !== null) callers!.remember(key, { row: checked, caller, epoch: row.access_epoch });
+  ctx.callerState.settle(caller);
   return row.entity_json;
 }
 

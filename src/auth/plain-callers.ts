@@ -1,5 +1,7 @@
-import type { Caller } from '../context';
-import type { EnvRef, PlainAccessRow } from './access';
+import { sql } from 'drizzle-orm';
+import type { Caller, ServiceContext } from '../context';
+import { accessEpoch } from '../db/schema';
+import { plainCaller, type EnvRef, type PlainAccessRow } from './access';
 import type { Permission } from './permissions';
 
 /**
@@ -64,3 +66,16 @@ export interface RememberedCaller {
 /** One entry per token hash, path as written (ids or slugs) and permission; JSON keeps the parts apart whatever they hold. */
 export const plainCallerKey = (tokenHash: string, ref: EnvRef, permission: Permission): string =>
   JSON.stringify([tokenHash, ref.org, ref.project, ref.env, permission]);
+
+/** The access epoch as text, as a subquery: selected beside a full check, it is read in the same snapshot. */
+export const currentAccessEpoch = () => sql<string | null>`(select ${accessEpoch.value}::text from ${accessEpoch} where ${accessEpoch.id} = 1)`;
+
+/**
+ * Settles the caller a full check found (`row`, read with `epoch`) and
+ * remembers it for `key`; an epoch of null (no epoch row) is not remembered.
+ */
+export function settleAndRemember(ctx: ServiceContext, key: string, row: PlainAccessRow, epoch: string | null, ref: EnvRef, now: Date): void {
+  const caller = plainCaller(row, ref, now);
+  if (epoch !== null) ctx.plainCallers?.remember(key, { row, caller, epoch });
+  ctx.callerState.settle(caller);
+}

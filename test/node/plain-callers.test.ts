@@ -37,7 +37,7 @@ async function statementsSent(database: NodeDatabase, run: () => Promise<unknown
   return sent;
 }
 
-describe('remembered plain callers on the entity GET', () => {
+describe('remembered plain callers on the entity GET and list', () => {
   const clock = manualClock(new Date('2026-11-27T10:00:00.000Z'));
   let api: TestApi;
   let tenant: Tenant;
@@ -202,6 +202,29 @@ describe('remembered plain callers on the entity GET', () => {
     } finally {
       clock.set(new Date('2026-11-27T10:00:00.000Z'));
     }
+  });
+
+  it('lists a label filter for a remembered caller in one statement, and sees a revocation by hand on the very next page', async () => {
+    const name = await entity();
+    const labelled = await api.call('PUT', `${envPath()}/entities/${name}`, { token: owner, body: { labels: { team: 'red' } } });
+    expect(labelled.status).toBe(200);
+    const page = () => api.call('GET', `${envPath()}/entities?label=team:red`, { token: owner });
+    expect((await page()).status).toBe(200);
+    const sent = await statementsSent(api.testDatabase.database, async () => {
+      const listed = await page();
+      expect(listed.status).toBe(200);
+      expect((listed.body as { name: string }[]).map((e) => e.name)).toEqual([name]);
+    });
+    expect(sent).toHaveLength(1);
+    expect(sent[0]!.text).toContain('"access_epoch"');
+    expect(sent[0]!.text).not.toContain('service_tokens');
+    await api.db.update(serviceTokens).set({ revokedAt: clock.now() }).where(eq(serviceTokens.projectId, tenant.project.id));
+    try {
+      expectError(await page(), 401, 'unauthorized');
+    } finally {
+      await api.db.update(serviceTokens).set({ revokedAt: null }).where(eq(serviceTokens.projectId, tenant.project.id));
+    }
+    expect((await page()).status).toBe(200);
   });
 
   it('sees a token revoked by another instance of the app on the same database', async () => {

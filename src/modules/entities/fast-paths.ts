@@ -1,6 +1,6 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
-import { plainAccessColumns, plainAccessRowOf, plainCaller, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
-import { plainCallerKey } from '../../auth/plain-callers';
+import { plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
+import { currentAccessEpoch, plainCallerKey, settleAndRemember } from '../../auth/plain-callers';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { databaseError, SQLSTATE } from '../../db/errors';
@@ -19,7 +19,9 @@ import { toEntity, type EntityRow } from './service';
  * statement and answer only that case. Any other answer — no row — sends the
  * request down the usual path (authorizeEnvironment, then the service's
  * queries), which is what gives every 401, 403, 404 and scoped answer, as
- * before. The token is still checked against the database on every request.
+ * before. The token is still checked against the database on every request:
+ * in full, or, for a GET whose caller is remembered, by the access epoch that
+ * any change to the token or its tenancy moves (src/auth/plain-callers.ts).
  *
  * Each statement is prepared once per database handle and path shape (org and
  * project by id or by slug), named where Platform.namedStatements allows, so
@@ -39,7 +41,7 @@ export function entityReadQuery(db: Queryable, shape: PathShape) {
     .select({
       caller: plainAccessColumns(caller),
       // the epoch the caller is remembered with (src/auth/plain-callers.ts)
-      epoch: sql<string | null>`(select ${accessEpoch.value}::text from ${accessEpoch} where ${accessEpoch.id} = 1)`.as('access_epoch'),
+      epoch: currentAccessEpoch().as('access_epoch'),
       entity: entityJson(getTableColumns(entities)).as('entity_json'),
     })
     .from(caller)
@@ -78,9 +80,8 @@ const rememberedEntityRead = oncePerHandle((db, name) => rememberedEntityReadQue
 export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityJsonText | undefined> {
   const access = plainAccessValues(ctx, ref);
   if (!access) return undefined;
-  const callers = ctx.plainCallers;
-  const key = callers && plainCallerKey(access.values.tokenHash, ref, 'data:read');
-  const remembered = key === undefined ? undefined : callers!.recall(key, access.now);
+  const key = plainCallerKey(access.values.tokenHash, ref, 'data:read');
+  const remembered = ctx.plainCallers?.recall(key, access.now);
   if (remembered) {
     const [row] = await rowsOf<{ access_epoch: string; entity_json: EntityJsonText | null }>(rememberedEntityRead(ctx), { envId: remembered.row.envId, name });
     if (row?.access_epoch === remembered.epoch) {
@@ -90,17 +91,14 @@ export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: 
       return row.entity_json;
     }
     // something moved the epoch since: the token is checked in full, and remembered again
-    callers!.forget(key!);
+    ctx.plainCallers?.forget(key);
   }
   const [row] = await rowsOf<Record<string, unknown> & { access_epoch: string | null; entity_json: EntityJsonText }>(plainEntityRead(ctx, ref), {
     ...access.values,
     name,
   });
   if (!row) return undefined;
-  const checked = plainAccessRowOf(row);
-  const caller = plainCaller(checked, ref, access.now);
-  if (key !== undefined && row.access_epoch !== null) callers!.remember(key, { row: checked, caller, epoch: row.access_epoch });
-  ctx.callerState.settle(caller);
+  settleAndRemember(ctx, key, plainAccessRowOf(row), row.access_epoch, ref, access.now);
   return row.entity_json;
 }
 

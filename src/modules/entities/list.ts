@@ -1,8 +1,9 @@
 import { and, asc, Column, eq, getTableColumns, gt, gte, is, like, lt, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment, plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
+import { currentAccessEpoch, plainCallerKey, settleAndRemember, type RememberedCaller } from '../../auth/plain-callers';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
-import { entities } from '../../db/schema';
+import { accessEpoch, entities } from '../../db/schema';
 import { ApiError } from '../../http/errors';
 import { decodeCursor, splitPage } from '../../http/pagination';
 import { callerCellScope, cellMembershipCondition, getCell } from '../cells/membership';
@@ -75,11 +76,14 @@ function pageOf(rows: EntityDriverRow[], query: EntityListQuery): { page: Entity
  * one row more than the page (a page of no entities included), and no row
  * at all means the check did not pass.
  *
- * Any other page stays two statements: the check (named, planned once), then
+ * Any other page is two statements: the check (named, planned once), then
  * the page (unnamed, planned with its values), as on the usual way. Folded
  * into one statement, the page's statement would be planned per request with
  * the check inside it, and parsing and planning the check's four tables
  * costs Postgres more than the round trip it saves (docs/entity-lists.md).
+ * Once the check's answer is remembered (src/auth/plain-callers.ts), such a
+ * page is one statement: the access epoch's one row beside the page's rows,
+ * which costs the planner next to nothing.
  */
 async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQuery): Promise<{ page: Entity[]; next: string | null } | undefined> {
   if (query.cell !== undefined) return undefined;
@@ -93,10 +97,17 @@ async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQu
   }
   const shape = pageShape(query, labels !== undefined);
   if (!isIndexRange(shape)) {
-    const [caller] = await rowsOf<CallerRow>(plainCheck(ctx, ref), access.values);
+    const key = plainCallerKey(access.values.tokenHash, ref, 'data:read');
+    const remembered = ctx.plainCallers?.recall(key, access.now);
+    if (remembered) {
+      const page = await rememberedPage(ctx, shape, query, labels, remembered);
+      if (page) return page;
+      ctx.plainCallers?.forget(key);
+    }
+    const [caller] = await rowsOf<CallerRow & { access_epoch: string | null }>(plainCheck(ctx, ref), access.values);
     if (!caller) return undefined;
     const row = plainAccessRowOf(caller);
-    settlePlainCaller(ctx.callerState, row, ref, access.now);
+    settleAndRemember(ctx, key, row, caller.access_epoch, ref, access.now);
     // the caller is settled: a bad cursor is the usual way's 400
     const after = query.cursor === undefined ? FIRST_PAGE : lastNameOf(query.cursor);
     return pageOf(await rowsOf(preparedPage(ctx, shape), pageValues(query, row.envId, after, labels)), query);
@@ -121,8 +132,73 @@ type CallerRow = Record<string, unknown>;
 /** A column only the caller's row fills: how it is told from the page's rows. */
 const CALLER_MARK = 'caller_token_id';
 
-/** The check alone, for the pages planned per request: named, built once per database handle and path shape. */
-const plainCheck = perHandle((db, access, name) => plainEnvironmentAccess(db, access, 'data:read').prepare(name), 'cellplane_entity_list_check');
+/** The check alone, with the access epoch it was read at, for the pages planned per request: named, built once per database handle and path shape. */
+const plainCheck = perHandle((db, access, name) => {
+  const checked = plainEnvironmentAccess(db, access, 'data:read').as('checked');
+  return db
+    .select({ ...plainAccessColumns(checked), epoch: currentAccessEpoch().as('access_epoch') })
+    .from(checked)
+    .prepare(name);
+}, 'cellplane_entity_list_check');
+
+/**
+ * A page planned per request for a remembered caller (src/auth/plain-callers.ts),
+ * in one statement: the access epoch's row and the page's rows. The page, or
+ * undefined when the epoch has moved (the caller is then checked in full) or
+ * the cursor is not one (the usual way answers its 400, after the check).
+ */
+async function rememberedPage(
+  ctx: ServiceContext,
+  shape: PageShape,
+  query: EntityListQuery,
+  labels: string | null | undefined,
+  remembered: RememberedCaller,
+): Promise<{ page: Entity[]; next: string | null } | undefined> {
+  let after: string;
+  try {
+    after = query.cursor === undefined ? FIRST_PAGE : lastNameOf(query.cursor);
+  } catch {
+    return undefined;
+  }
+  const rows = await rowsOf<EntityDriverRow & { [EPOCH_MARK]: string | null }>(
+    rememberedPages(ctx, shape),
+    pageValues(query, remembered.row.envId, after, labels),
+  );
+  // the epoch's row, first in practice; the page's rows keep their order whatever comes between them
+  const epochAt = rows.findIndex((row) => row[EPOCH_MARK] !== null);
+  if (epochAt < 0 || rows[epochAt]![EPOCH_MARK] !== remembered.epoch) return undefined;
+  ctx.callerState.settle(remembered.caller);
+  return pageOf(epochAt === 0 ? rows.slice(1) : rows.filter((_, i) => i !== epochAt), query);
+}
+
+/** A column only the epoch's row fills. */
+const EPOCH_MARK = 'access_epoch';
+
+/** The epoch's row, then a page's rows (nulls, then the entity's columns): unnamed, planned with its values like the page alone. */
+function buildRememberedPage(db: Queryable, shape: PageShape) {
+  const epochRow = db
+    .select({
+      [EPOCH_MARK]: sql<string | null>`${accessEpoch.value}::text`.as(EPOCH_MARK),
+      ...Object.fromEntries(Object.values(entityColumns).map((column) => [column.name, sql`null`.as(column.name)])),
+    })
+    .from(accessEpoch)
+    .where(eq(accessEpoch.id, 1));
+  const pageRows = pageSelect(db, shape, sql.placeholder('envId'), [], {
+    [EPOCH_MARK]: sql`null`,
+    ...Object.fromEntries(Object.values(entityColumns).map((column) => [column.name, column])),
+  });
+  const rows = epochRow.unionAll(pageRows as unknown as typeof epochRow).as('rows');
+  return db.select().from(rows).prepare('');
+}
+
+const rememberedPageStatements = new Map<string, (ctx: ServiceContext) => ReturnType<typeof buildRememberedPage>>();
+
+function rememberedPages(ctx: ServiceContext, shape: PageShape) {
+  const key = shapeKey(shape);
+  let statement = rememberedPageStatements.get(key);
+  if (!statement) rememberedPageStatements.set(key, (statement = oncePerHandle((db) => buildRememberedPage(db, shape), '')));
+  return statement(ctx);
+}
 
 const entityColumns = getTableColumns(entities);
 

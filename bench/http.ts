@@ -16,7 +16,7 @@
  *   change stream's cost per frame (bench/http/stream-cost.ts).
  *
  * Beside the GET rows, not targets: Hono alone with the bare select, and the
- * GET's least work, Hono with the app's own token-checked statement
+ * GET's least work, Hono with the app's own token-checked statements
  * (bench/http/bare.ts). Beside the PGlite RSS row: what PGlite's own query
  * path promotes to V8's old generation (bench/http/promotion.ts).
  *
@@ -368,7 +368,7 @@ export const httpBench: Benchmark = {
         const floorNote = `floor: bare node:http + pg Pool(10), one named select by (env_id, name), the row as JSON; names drawn at random from the ${names.length}`;
         const honoNote = 'not a target: Hono on @hono/node-server with that select as its one route and no middleware, vs the bare server in the same run';
         const leastNote =
-          "not a target: Hono alone, its one route running the app's own statement (the token, tenancy and grants checked in the entity's read) with the token hashed, vs the bare server in the same run";
+          "not a target: Hono alone, its one route running the app's own statements (the token, tenancy and grants checked in the entity's read, then the remembered answer's access epoch beside it) with the token hashed, vs the bare server in the same run";
         printRows('Reads (Postgres)', [
           atLeast('GET ENV/entities/{name}, 10 clients', perSecond(app10), perSecond(bare10), 'req/s', 0.7, `${floorNote}; app p50 ${p50(app10).toFixed(2)} ms, floor ${p50(bare10).toFixed(2)} ms`),
           atMost('GET ENV/entities/{name}, 1 client, p50', p50(app1), p50(bare1), 'ms', 1.5, `${app1.ok} and ${bare1.ok} requests; p99 ${quantile(app1.latencies, 0.99).toFixed(2)} vs ${quantile(bare1.latencies, 0.99).toFixed(2)} ms`),

@@ -72,13 +72,10 @@ export function createLogger(options: {
     if (LEVELS[level] < threshold) return;
     // a replacer takes JSON.stringify off its fast path; a flat record of safe names (the request line) needs none
     const replacer = needsReplacer(fields) ? logReplacer : undefined;
-    if (!replacer && sink.later && (level === 'info' || level === 'debug')) {
-      const time = Date.now();
-      sink.later(() => scrub(JSON.stringify({ level, time: new Date(time).toISOString(), msg: message, ...fields })));
-      return;
-    }
-    const record = { level, time: new Date().toISOString(), msg: message, ...fields };
-    sink(scrub(JSON.stringify(record, replacer)), level);
+    const time = Date.now();
+    const render = () => scrub(JSON.stringify({ level, time: new Date(time).toISOString(), msg: message, ...fields }, replacer));
+    if (!replacer && sink.later && (level === 'info' || level === 'debug')) sink.later(render);
+    else sink(render(), level);
   };
 
   return {

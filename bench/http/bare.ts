@@ -20,13 +20,14 @@
  * With BARE_STATEMENT it is the least work of the app's GET instead, on
  * Hono: the route `GET /:org/:project/envs/:env/entities/:name`, the bearer
  * token read as the app reads it and hashed to what the app stores, and the
- * app's own statement (entityReadQuery in src/modules/entities/fast-paths.ts:
- * the token, tenancy and grant checks folded into the entity's read), whose
- * text and parameters the bench passes in (leastWorkStatements, ./server.ts);
+ * app's own statements (entityReadQuery and rememberedEntityReadQuery in
+ * src/modules/entities/fast-paths.ts: the token, tenancy and grant checks
+ * folded into the entity's read, or the access epoch beside it), whose texts
+ * and parameters the bench passes in (leastWorkStatements, ./server.ts);
  * the Entity answered as the JSON text Postgres writes. Like the app, it
- * remembers a token's plain answer with the access epoch it was read at, and
- * sends it back (src/auth/plain-callers.ts): the statement then reads the
- * epoch's row and the entity, not the four tables. Nothing else of the app:
+ * remembers a token's plain answer with the access epoch it was read at
+ * (src/auth/plain-callers.ts): then its one statement reads the epoch's row
+ * and the entity, not the four tables. Nothing else of the app:
  * no request id, log line, rate limit, input checks, validation or ORM.
  */
 import { createHash } from 'node:crypto';

@@ -1,4 +1,4 @@
-import { sql } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import type { Caller, ServiceContext } from '../context';
 import { accessEpoch } from '../db/schema';
 import { plainCaller, type EnvRef, type PlainAccessRow } from './access';
@@ -67,8 +67,13 @@ export interface RememberedCaller {
 export const plainCallerKey = (tokenHash: string, ref: EnvRef, permission: Permission): string =>
   JSON.stringify([tokenHash, ref.org, ref.project, ref.env, permission]);
 
+/** The epoch's value as text (drivers differ on bigint), for a statement that reads `access_epoch` where accessEpochRow(). */
+export const accessEpochValue = () => sql<string>`${accessEpoch.value}::text`;
+/** The epoch's one row. */
+export const accessEpochRow = () => eq(accessEpoch.id, 1);
+
 /** The access epoch as text, as a subquery: selected beside a full check, it is read in the same snapshot. */
-export const currentAccessEpoch = () => sql<string | null>`(select ${accessEpoch.value}::text from ${accessEpoch} where ${accessEpoch.id} = 1)`;
+export const currentAccessEpoch = () => sql<string | null>`(select ${accessEpochValue()} from ${accessEpoch} where ${accessEpochRow()})`;
 
 /**
  * Settles the caller a full check found (`row`, read with `epoch`) and

@@ -1,6 +1,6 @@
 import { and, eq, getTableColumns, sql } from 'drizzle-orm';
 import { plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
-import { currentAccessEpoch, plainCallerKey, settleAndRemember } from '../../auth/plain-callers';
+import { accessEpochRow, accessEpochValue, currentAccessEpoch, plainCallerKey, settleAndRemember } from '../../auth/plain-callers';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { databaseError, SQLSTATE } from '../../db/errors';
@@ -58,12 +58,12 @@ export function entityReadQuery(db: Queryable, shape: PathShape) {
 export function rememberedEntityReadQuery(db: Queryable) {
   return db
     .select({
-      epoch: sql<string>`${accessEpoch.value}::text`.as('access_epoch'),
+      epoch: accessEpochValue().as('access_epoch'),
       entity: entityJson(getTableColumns(entities)).as('entity_json'),
     })
     .from(accessEpoch)
     .leftJoin(entities, and(eq(entities.envId, sql.placeholder('envId')), eq(entities.name, sql.placeholder('name'))))
-    .where(eq(accessEpoch.id, 1))
+    .where(accessEpochRow())
     .limit(1);
 }
 

@@ -1,6 +1,6 @@
 import { and, asc, Column, eq, getTableColumns, gt, gte, is, like, lt, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment, plainAccessColumns, plainAccessRowOf, plainEnvironmentAccess, settlePlainCaller, type EnvRef } from '../../auth/access';
-import { currentAccessEpoch, plainCallerKey, settleAndRemember, type RememberedCaller } from '../../auth/plain-callers';
+import { accessEpochRow, accessEpochValue, currentAccessEpoch, plainCallerKey, settleAndRemember, type RememberedCaller } from '../../auth/plain-callers';
 import type { ServiceContext } from '../../context';
 import type { Queryable } from '../../db/client';
 import { accessEpoch, entities } from '../../db/schema';
@@ -178,11 +178,11 @@ const EPOCH_MARK = 'access_epoch';
 function buildRememberedPage(db: Queryable, shape: PageShape) {
   const epochRow = db
     .select({
-      [EPOCH_MARK]: sql<string | null>`${accessEpoch.value}::text`.as(EPOCH_MARK),
+      [EPOCH_MARK]: accessEpochValue().as(EPOCH_MARK),
       ...Object.fromEntries(Object.values(entityColumns).map((column) => [column.name, sql`null`.as(column.name)])),
     })
     .from(accessEpoch)
-    .where(eq(accessEpoch.id, 1));
+    .where(accessEpochRow());
   const pageRows = pageSelect(db, shape, sql.placeholder('envId'), [], {
     [EPOCH_MARK]: sql`null`,
     ...Object.fromEntries(Object.values(entityColumns).map((column) => [column.name, column])),

@@ -15,8 +15,22 @@ import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
-/** node's arguments for the built server, from the project root: what package.json's `start` runs after the build. */
-export const SERVER_ARGS = ['--enable-source-maps', 'build/node/server.mjs'];
+/**
+ * node's arguments for the built server, from the project root: what
+ * package.json's `start` runs after the build (test/node/node-host.test.ts
+ * holds the two to each other).
+ *
+ * `--no-allocation-site-pretenuring`: V8 otherwise learns, from code that
+ * keeps many objects alive for a while (a 1,000-entity batch, a Terraform
+ * import), to allocate straight into the old generation at every site that
+ * code shares with the request path (drizzle, pg, zod, JSON), and it keeps
+ * doing so afterwards. Each request's short-lived objects then land in the
+ * old generation: scavenges took 3-5 ms instead of about 1, every one moved
+ * 1.3 MB more into old space, and a GET cost 10-20 % more CPU for the rest of
+ * the process's life (bench/README.md, "2026-11-28"; docs/decisions.md,
+ * "The Node host's V8 flags").
+ */
+export const SERVER_ARGS = ['--enable-source-maps', '--no-allocation-site-pretenuring', 'build/node/server.mjs'];
 
 export async function buildServer() {
   await build({

@@ -2,6 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { SERVER_ARGS } from '../../scripts/build-server.mjs';
 import { createDatabaseUrl } from '../support/node-database';
 import { runFailingStart, startServerProcess, type ServerProcess } from '../support/node-process';
 
@@ -58,6 +59,12 @@ function expectNoSecrets(output: string, extra: string[]): void {
 }
 
 describe('npm start (the Node host as a process)', () => {
+  it("runs, after its build, node with exactly the arguments the tests and the bench start it with (V8's flags included)", () => {
+    const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
+    expect(scripts.start).toBe(`node scripts/build-server.mjs && exec node ${SERVER_ARGS.join(' ')}`);
+    expect(SERVER_ARGS).toContain('--no-allocation-site-pretenuring');
+  });
+
   it('`npm start` serves from an embedded database with generated local secrets, and stops cleanly on SIGTERM sent to npm', async () => {
     const dataDir = tempDir();
     const server = await startServerProcess({ CELLPLANE_DATA_DIR: dataDir }, { npm: true });

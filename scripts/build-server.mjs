@@ -27,7 +27,7 @@ const root = fileURLToPath(new URL('..', import.meta.url));
  * doing so afterwards. Each request's short-lived objects then land in the
  * old generation: scavenges took 3-5 ms instead of about 1, every one moved
  * 1.3 MB more into old space, and a GET cost 10-20 % more CPU for the rest of
- * the process's life (bench/README.md, "2026-11-28"; docs/decisions.md,
+ * the process's life (bench/README.md, "2026-11-27, sixth"; docs/decisions.md,
  * "The Node host's V8 flags").
  */
 export const SERVER_ARGS = ['--enable-source-maps', '--no-allocation-site-pretenuring', 'build/node/server.mjs'];

@@ -128,4 +128,16 @@ describe('the Entity of a GET, as Postgres writes it, and of every other read', 
     expect(rest.body).toEqual(all.slice(2));
     expect((await list('namePrefix=nobody')).body).toEqual([]);
   });
+
+  it("answers the usual way's pages (a cell filter, a cell-scoped token) with the same Entities", async () => {
+    const all = await Promise.all(['nulls', 'numbers', 'plain', 'quotes', 'times'].map(expected));
+    const byCell = await list('cell=all');
+    expect(byCell.status, JSON.stringify(byCell.body)).toBe(200);
+    expect(byCell.body).toEqual(all);
+    for (const query of ['limit=10', 'label=in:yes']) {
+      const scopedPage = await api.call('GET', `${envPath()}/entities?${query}`, { token: scoped });
+      expect(scopedPage.status, JSON.stringify(scopedPage.body)).toBe(200);
+      expect(scopedPage.body, query).toEqual(all);
+    }
+  });
 });

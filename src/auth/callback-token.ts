@@ -42,7 +42,9 @@ function callbackKey(authSecret: Secret): Promise<CryptoKey> {
 
 /**
  * `issuedAt` defaults to now; the run engine passes the run's creation time,
- * so every attempt of a run carries the same token (and the same body).
+ * so every attempt of a run carries the same token (and the same body). A
+ * trigger that hands its run to a slot of the Node job runner signs it the
+ * same way while the run is written (LeasedJob.callbackToken).
  */
 export async function signCallbackToken(authSecret: Secret, claims: CallbackClaims, expiresAt: Date, issuedAt?: Date): Promise<string> {
   return new SignJWT({ org: claims.orgId, prj: claims.projectId, env: claims.envId })

@@ -77,6 +77,14 @@ export interface AttemptOptions {
 export interface LeasedJob {
   job: DeliveryJob;
   run: RunRow | null;
+  /**
+   * The run's callback token, when whoever leased the job signed it already:
+   * a trigger handing its run to a free slot signs it while the run is being
+   * written, so the attempt goes out without waiting on WebCrypto, whose
+   * answer comes from another thread after the trigger's 202 is written.
+   * The same token every attempt signs (signCallbackToken is deterministic).
+   */
+  callbackToken?: string;
 }
 
 const jobColumnNames = Object.keys(getTableColumns(deliveryJobs)) as (keyof DeliveryJob)[];
@@ -149,7 +157,7 @@ function scrub(text: string, concealed: readonly string[]): string {
 }
 
 /** What a kind's `send` is given: the run, the attempt, the engine, and the run's template context. */
-function attemptOf(engine: RunEngine, run: RunRow, job: DeliveryJob, options: AttemptOptions, concealed: string[]): Attempt<TriggerDefinition> {
+function attemptOf(engine: RunEngine, { job, callbackToken: signed }: LeasedJob, run: RunRow, options: AttemptOptions, concealed: string[]): Attempt<TriggerDefinition> {
   const conceal = (...values: string[]) => void concealed.push(...values);
   return {
     trigger: run.trigger as TriggerDefinition,
@@ -160,7 +168,7 @@ function attemptOf(engine: RunEngine, run: RunRow, job: DeliveryJob, options: At
     conceal,
     async templateContext(secretNames) {
       const tenancy = { runId: run.id, orgId: run.orgId, projectId: run.projectId, envId: run.envId };
-      const callbackToken = await signCallbackToken(engine.config.authSecret, tenancy, run.timeoutAt, run.createdAt);
+      const callbackToken = signed ?? (await signCallbackToken(engine.config.authSecret, tenancy, run.timeoutAt, run.createdAt));
       conceal(callbackToken);
       try {
         const context = await templateContext(engine, run, callbackToken, secretNames);
@@ -175,7 +183,8 @@ function attemptOf(engine: RunEngine, run: RunRow, job: DeliveryJob, options: At
 }
 
 /** Performs the leased job's attempt and records its outcome (or, aborted, hands the job back unrecorded). */
-export async function runDeliveryAttempt(engine: RunEngine, { job, run }: LeasedJob, options: AttemptOptions = {}): Promise<AttemptResult> {
+export async function runDeliveryAttempt(engine: RunEngine, leased: LeasedJob, options: AttemptOptions = {}): Promise<AttemptResult> {
+  const { job, run } = leased;
   if (!run || run.status !== 'pending') {
     await engine.db.delete(deliveryJobs).where(and(eq(deliveryJobs.runId, job.runId), eq(deliveryJobs.attempt, job.attempt)));
     return { kind: 'skipped' };
@@ -186,7 +195,7 @@ export async function runDeliveryAttempt(engine: RunEngine, { job, run }: Leased
   let attempted: { sent: Sent; verdict: Verdict; policy: RetryPolicy };
   try {
     const kind = deliverableKind(trigger.type);
-    const sent = await kind.send(attemptOf(engine, run, job, options, concealed));
+    const sent = await kind.send(attemptOf(engine, leased, run, options, concealed));
     options.onSent?.();
     attempted = { sent, verdict: kind.classify(sent, trigger), policy: kind.retryPolicy(trigger) };
   } catch (error) {

@@ -33,7 +33,7 @@ export async function dryRunTrigger(
     {
       config: deps.config,
       run,
-      // a stand-in: the real token is signed at each delivery, and a template's reference to it resolves either way
+      // a stand-in: the real token is signed for the delivery (LeasedJob.callbackToken), and a template's reference to it resolves either way
       templateContext: (secretNames) => templateContext(deps, run, 'callback-token', secretNames),
     },
     trigger,

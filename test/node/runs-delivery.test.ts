@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { eq, isNull } from 'drizzle-orm';
-import { jwtVerify } from 'jose';
+import { decodeJwt, jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { actionRuns, deliveryJobs } from '../../src/db/schema';
 import { claimDueJobs, runDeliveryAttempt, type AttemptResult } from '../../src/runs/delivery';
@@ -469,6 +469,37 @@ describe('outbound delivery', () => {
         await quiet.api.jobs.stop();
         expect(receiver.requests).toHaveLength(1);
         expect(await quiet.run(run.id)).toMatchObject({ status: 'running', attempts: [{ attempt: 1, httpStatus: 200, outcome: 'delivered' }] });
+      } finally {
+        await quiet.api.jobs.stop();
+        await quiet.close();
+      }
+    });
+
+    it("a slot's first attempt carries the callback token its trigger signed: the one the next attempt signs, and the callback takes it", async () => {
+      const quiet = await createHarness({ env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1' }, runner: { pollIntervalMs: 600_000 } });
+      try {
+        // the first attempt, through the slot, is retried; the second is claimed by the runner, which signs the token itself
+        const receiver = await quiet.receiver({ status: 503 }, { status: 200 });
+        const action = await quiet.action({
+          url: `${receiver.url}/hook`,
+          payload: { callbackUrl: '{{ run.callbackUrl }}', callbackToken: '{{ run.callbackToken }}' },
+        });
+        quiet.api.jobs.start();
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        const run = await quiet.trigger(action);
+        await receiver.waitForRequests(2);
+        const [first, second] = receiver.requests.map((request) => JSON.parse(request.body) as { callbackUrl: string; callbackToken: string });
+        expect(first!.callbackToken).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
+        expect(second).toEqual(first);
+        // names the run; its signature is the callback's to check, below
+        expect(decodeJwt(first!.callbackToken).sub).toBe(run.id);
+        await eventually(async () => ((await quiet.run(run.id)).status === 'running' ? true : undefined));
+        const completed = await quiet.api.call('POST', new URL(first!.callbackUrl).pathname, {
+          headers: { authorization: `Bearer ${first!.callbackToken}` },
+          body: { status: 'succeeded' },
+        });
+        expect(completed.status, JSON.stringify(completed.body)).toBe(200);
+        expect(await quiet.run(run.id)).toMatchObject({ status: 'succeeded' });
       } finally {
         await quiet.api.jobs.stop();
         await quiet.close();

@@ -1,7 +1,7 @@
 import { and, asc, desc, eq, gte, inArray, lt, or, sql, type SQL } from 'drizzle-orm';
 import { authorizeEnvironment, type EnvRef } from '../../auth/access';
 import { bearerCredential } from '../../auth/caller';
-import { verifyCallbackToken, type CallbackClaims } from '../../auth/callback-token';
+import { signCallbackToken, verifyCallbackToken, type CallbackClaims } from '../../auth/callback-token';
 import type { Caller, ServiceContext } from '../../context';
 import { violatedUniqueConstraint } from '../../db/errors';
 import type { Queryable } from '../../db/client';
@@ -18,7 +18,7 @@ import { callerCellScope } from '../cells/membership';
 import { entityForWrite } from '../entities/service';
 import { isUuid } from '../names';
 import { validateProperties, type PropertyDefinition } from '../properties';
-import { insertRunWithJob, readTriggerPlainly, type TriggerRead } from './fast-path';
+import { insertRunWithJob, readTriggerPlainly, type NewRun, type TriggerRead } from './fast-path';
 import { runPorts } from './run-ports';
 import type { ActionRun, ActionRunListRow, CallbackRequest, RunListQuery, TriggerRequest } from './schemas';
 
@@ -199,37 +199,44 @@ export async function triggerAction(
   const entitySnapshot = { id: entity.id, name: entity.name, properties: entity.properties as Record<string, unknown> };
   const kindColumns = await dryRunTrigger(kind, { db: ctx.db, config: ctx.config, ports: runPorts }, trigger, { ...run, parameters, entitySnapshot });
 
+  const timeoutAt = new Date(now.getTime() + action.timeoutMinutes * 60_000);
+  const newRun: NewRun = {
+    ...run,
+    repo: kindColumns.repo ?? null,
+    prNumber: kindColumns.prNumber ?? null,
+    prUrl: kindColumns.prUrl ?? null,
+    headSha: kindColumns.headSha ?? null,
+    actionId: action.id,
+    actionName: action.name,
+    entityId: entity.id,
+    operationEntityName: entity.name,
+    status: 'pending',
+    parameters,
+    recommendations: input.recommendations ?? {},
+    triggeredBy: triggeredBy(ctx.caller),
+    trigger,
+    entitySnapshot,
+    onSuccess: action.onSuccess,
+    onFailure: action.onFailure,
+    idempotencyKey: options.idempotencyKey ?? null,
+    requestFingerprint,
+    timeoutMinutes: action.timeoutMinutes,
+    timeoutAt,
+    createdAt: now,
+  };
   let row: RunRow;
   // a free slot of this host's job runner takes the job as it is written, leased to it: no claim before the first attempt
   const slot = ctx.deliveries.reserve?.();
   try {
-    // the run and its delivery job in one statement: both commit, or neither (the outbox)
-    const written = await insertRunWithJob(ctx, {
-      ...run,
-      repo: kindColumns.repo ?? null,
-      prNumber: kindColumns.prNumber ?? null,
-      prUrl: kindColumns.prUrl ?? null,
-      headSha: kindColumns.headSha ?? null,
-      actionId: action.id,
-      actionName: action.name,
-      entityId: entity.id,
-      operationEntityName: entity.name,
-      status: 'pending',
-      parameters,
-      recommendations: input.recommendations ?? {},
-      triggeredBy: triggeredBy(ctx.caller),
-      trigger,
-      entitySnapshot,
-      onSuccess: action.onSuccess,
-      onFailure: action.onFailure,
-      idempotencyKey: options.idempotencyKey ?? null,
-      requestFingerprint,
-      timeoutMinutes: action.timeoutMinutes,
-      timeoutAt: new Date(now.getTime() + action.timeoutMinutes * 60_000),
-      createdAt: now,
-    }, slot?.leaseUntil ?? null);
+    const [written, callbackToken] = await Promise.all([
+      // the run and its delivery job in one statement: both commit, or neither (the outbox)
+      insertRunWithJob(ctx, newRun, slot?.leaseUntil ?? null),
+      // the slot's first attempt goes out at once, without waiting on WebCrypto (another thread) for its callback token;
+      // should signing fail here, the attempt signs for itself and meets the failure there
+      slot ? signCallbackToken(ctx.config.authSecret, { runId, ...tenancy }, timeoutAt, now).catch(() => undefined) : undefined,
+    ]);
     row = written.run;
-    slot?.start(written);
+    slot?.start({ ...written, callbackToken });
   } catch (error) {
     slot?.release();
     // the same key, sent twice at once: the second finds the first's run

@@ -1,16 +1,20 @@
-import { eq, sql } from 'drizzle-orm';
+import { desc, eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PlainCallers, plainCallerKey } from '../../src/auth/plain-callers';
+import { hashServiceToken } from '../../src/auth/service-token';
 import { plainCaller, type PlainAccessRow } from '../../src/auth/access';
-import { accessEpoch, environments, orgs, projects, serviceTokens } from '../../src/db/schema';
+import { accessEpoch, actionRuns, environments, orgs, projects, serviceTokens } from '../../src/db/schema';
 import type { NodeDatabase } from '../../src/node/database';
 import { createTestApi, manualClock, type TestApi } from '../support/node-app';
 import { createTenant, expectError, mintToken, type Tenant } from '../support/fixtures';
+import { startReceiver, type Receiver } from '../support/receiver';
+import { webhookAction } from '../support/run-fixtures';
 
 /**
- * The entity GET remembers a token's plain answer with the access epoch it
- * was read at, and then reads only the epoch's row beside the entity
- * (src/auth/plain-callers.ts, src/modules/entities/fast-paths.ts). These
+ * The entity GET, the label list and the action trigger remember a token's
+ * plain answer with the access epoch it was read at, and then read only the
+ * epoch's row beside the entity (src/auth/plain-callers.ts,
+ * src/modules/entities/fast-paths.ts, src/modules/action-runs/fast-path.ts). These
  * tests hold it to the rule it rests on: every change that could alter the
  * answer moves the epoch in its own transaction — made by the app, by another
  * instance of it, or by hand in SQL, since the triggers do it, not the app's
@@ -239,6 +243,118 @@ describe('remembered plain callers on the entity GET and list', () => {
       expectError(await get(name, token), 401, 'unauthorized');
     } finally {
       await other.close();
+    }
+  });
+});
+
+describe('remembered plain callers on the action trigger', () => {
+  const clock = manualClock(new Date('2026-11-27T10:00:00.000Z'));
+  let api: TestApi;
+  let receiver: Receiver;
+  let tenant: Tenant;
+  let owner: string;
+  let n = 0;
+  const fresh = (base: string) => `${base}-${(++n).toString(36)}`;
+  const env = () => `/${tenant.org.slug}/${tenant.project.slug}/envs/default`;
+  const trigger = (entity: string, token: string, action = 'deploy') =>
+    api.call('POST', `${env()}/entities/${entity}/actions/${action}`, { token, body: {} });
+  const runCount = async () => (await api.db.select({ id: actionRuns.id }).from(actionRuns)).length;
+
+  const ids = new Map<string, string>();
+  async function vm(): Promise<string> {
+    const name = fresh('vm');
+    const created = await api.call('POST', `${env()}/entities`, { token: owner, body: { kind: 'Entity', entityType: 'vm', name } });
+    expect(created.status).toBe(201);
+    ids.set(name, created.body.id);
+    return name;
+  }
+
+  /** Triggers until the token's answer is remembered, and checks that the trigger after reads the epoch, not the token's tables: the read, then the run. */
+  async function remembered(token: string): Promise<void> {
+    expect((await trigger(await vm(), token)).status).toBe(202);
+    const entity = await vm();
+    const sent = await statementsSent(api.testDatabase.database, async () => {
+      const triggered = await trigger(entity, token);
+      expect(triggered.status, JSON.stringify(triggered.body)).toBe(202);
+      expect(triggered.body).toMatchObject({ actionName: 'deploy', entityId: ids.get(entity), status: 'pending' });
+    });
+    expect(sent).toHaveLength(2);
+    expect(sent[0]!.text).toContain('"access_epoch"');
+    expect(sent[0]!.text).not.toContain('service_tokens');
+  }
+
+  /** The trigger is refused with `status` and `code`, and writes no run. */
+  async function refused(entity: string, token: string, status: number, code: string, action?: string): Promise<void> {
+    const before = await runCount();
+    expectError(await trigger(entity, token, action), status, code);
+    expect(await runCount()).toBe(before);
+  }
+
+  beforeAll(async () => {
+    receiver = await startReceiver({ status: 200 });
+    api = await createTestApi({ clock, env: { OUTBOUND_ALLOWED_HOSTS: receiver.host } });
+    tenant = await createTenant(api);
+    owner = await mintToken(api, tenant, { role: 'owner' });
+    const project = `/${tenant.org.slug}/${tenant.project.slug}`;
+    const vmType = { kind: 'EntityType', name: 'vm', states: ['provisioning', 'running', 'failed'], initialState: 'provisioning' };
+    expect((await api.call('POST', `${project}/entity-types`, { token: owner, body: vmType })).status).toBe(201);
+    const action = await api.call('POST', `${project}/actions`, { token: owner, body: webhookAction('deploy', `${receiver.url}/hooks`) });
+    expect(action.status, JSON.stringify(action.body)).toBe(201);
+  });
+  afterAll(async () => {
+    await api?.close();
+    await receiver?.close();
+  });
+
+  it('triggers for a remembered caller with the epoch read beside the entity and the action, and the same run as the full check writes', async () => {
+    const token = await mintToken(api, tenant, { role: 'member', as: owner });
+    await remembered(token);
+    const [run] = await api.db.select().from(actionRuns).orderBy(desc(actionRuns.createdAt), desc(actionRuns.id)).limit(1);
+    expect(run).toMatchObject({ status: 'pending', orgId: tenant.org.id, projectId: tenant.project.id, triggeredBy: expect.stringMatching(/^token:/) });
+  });
+
+  it('answers 404 for a missing entity or action with a remembered caller, writing no run', async () => {
+    await remembered(owner);
+    await refused('no-such-vm', owner, 404, 'not_found');
+    await refused(await vm(), owner, 404, 'not_found', 'no-such-action');
+  });
+
+  it("keeps the trigger's answer apart from the GET's: a viewer's remembered reads are no write, and a role lowered by hand is 403 on the very next trigger", async () => {
+    const viewer = await mintToken(api, tenant, { role: 'viewer', as: owner });
+    const entity = await vm();
+    for (let i = 0; i < 2; i++) expect((await api.call('GET', `${env()}/entities/${entity}`, { token: viewer })).status).toBe(200);
+    await refused(entity, viewer, 403, 'forbidden');
+
+    const token = await mintToken(api, tenant, { role: 'member', as: owner });
+    await remembered(token);
+    await api.db.update(serviceTokens).set({ role: 'viewer' }).where(eq(serviceTokens.tokenHash, hashServiceToken(token)));
+    await refused(await vm(), token, 403, 'forbidden');
+  });
+
+  it('sees a token revoked by hand on the very next trigger (401), and the others check in full once, then are remembered again', async () => {
+    const doomed = await mintToken(api, tenant, { role: 'member', as: owner });
+    await remembered(doomed);
+    await remembered(owner);
+    await api.db.update(serviceTokens).set({ revokedAt: clock.now() }).where(eq(serviceTokens.tokenHash, hashServiceToken(doomed)));
+    await refused(await vm(), doomed, 401, 'unauthorized');
+    const entity = await vm();
+    const sent = await statementsSent(api.testDatabase.database, async () => expect((await trigger(entity, owner)).status).toBe(202));
+    // the remembered read finds the epoch moved, the full check, the run
+    expect(sent).toHaveLength(3);
+    expect(sent[1]!.text).toContain('service_tokens');
+    await remembered(owner);
+  });
+
+  it('refuses a remembered token once it expires (401), with no access change to move the epoch', async () => {
+    const expiresAt = new Date(clock.now().getTime() + 60_000);
+    const token = await mintToken(api, tenant, { role: 'member', expiresAt: expiresAt.toISOString(), as: owner });
+    await remembered(token);
+    const entity = await vm();
+    clock.set(expiresAt);
+    try {
+      await refused(entity, token, 401, 'unauthorized');
+    } finally {
+      clock.set(new Date('2026-11-27T10:00:00.000Z'));
     }
   });
 });

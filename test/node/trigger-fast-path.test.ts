@@ -57,8 +57,13 @@ describe('action trigger in two statements', () => {
     return { result, ...counts };
   }
 
-  /** A plain trigger by `token` on a fresh entity: 202 in two statements, without a transaction. */
+  /**
+   * A plain trigger by `token` on a fresh entity: 202 in two statements, without a transaction.
+   * One trigger first, so that a token remembered before the last access change (whose next
+   * read finds the epoch moved and checks in full: three statements) is remembered afresh.
+   */
   async function takesFastPath(token: string, env = 'default'): Promise<void> {
+    expect((await trigger((await createEntity({}, env)).name, token, { env })).status).toBe(202);
     const entity = await createEntity({}, env);
     const triggered = await measured(() => trigger(entity.name, token, { env }));
     expect(triggered.result.status, JSON.stringify(triggered.result.body)).toBe(202);

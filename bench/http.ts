@@ -15,8 +15,10 @@
  * - then the run engine's deliveries (bench/http/deliveries.ts) and the
  *   change stream's cost per frame (bench/http/stream-cost.ts).
  *
- * Beside the GET rows, not targets: Hono alone with the bare select, and the
- * GET's least work, Hono with the app's own token-checked statements
+ * Beside the GET rows, not targets: Hono alone with the bare select, the
+ * GET's least work, Hono with the app's own token-checked statements, and
+ * that least work kept whole, with the per-request guarantees (request id,
+ * log line, rate limit, validation) each in its least form
  * (bench/http/bare.ts). Beside the PGlite RSS row: what PGlite's own query
  * path promotes to V8's old generation (bench/http/promotion.ts).
  *
@@ -341,6 +343,8 @@ export const httpBench: Benchmark = {
         undo.push(bareHono.stop);
         const leastGetServer = await startLeastWork(postgres.url, join(scratch, 'least-work-get.log'));
         undo.push(leastGetServer.stop);
+        const guardedGetServer = await startLeastWork(postgres.url, join(scratch, 'least-work-guarded.log'), 'all');
+        undo.push(guardedGetServer.stop);
         // the app and its least work take the app's paths and token; the two floors take /entities/{name} and none
         const entityGet = (url: string) => (connections: number) =>
           load(url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));
@@ -350,9 +354,11 @@ export const httpBench: Benchmark = {
         const bareGet = floorGet(bare);
         const honoGet = floorGet(bareHono);
         const leastGet = entityGet(leastGetServer.url);
+        const guardedGet = entityGet(guardedGetServer.url);
         await bareGet(10)(FIRST_WARMUP_SECONDS);
         await honoGet(10)(FIRST_WARMUP_SECONDS);
         await leastGet(10)(FIRST_WARMUP_SECONDS);
+        await guardedGet(10)(FIRST_WARMUP_SECONDS);
         const [app10, bare10] = await interleaved(appGet(10), bareGet(10), caseSeconds);
         const [app1, bare1] = await interleaved(appGet(1), bareGet(1), caseSeconds);
         // the architecture's floor, each against the bare server in a pairing of its own
@@ -360,8 +366,27 @@ export const httpBench: Benchmark = {
         const [hono1, bareForHono1] = await interleaved(honoGet(1), bareGet(1), caseSeconds);
         const [least10, bareForLeast10] = await interleaved(leastGet(10), bareGet(10), caseSeconds);
         const [least1, bareForLeast1] = await interleaved(leastGet(1), bareGet(1), caseSeconds);
-        await Promise.all([bare.stop(), bareHono.stop(), leastGetServer.stop()]);
-        const trials = { app10, bare10, app1, bare1, hono10, bareForHono10, hono1, bareForHono1, least10, bareForLeast10, least1, bareForLeast1 };
+        const [guarded10, bareForGuarded10] = await interleaved(guardedGet(10), bareGet(10), caseSeconds);
+        const [guarded1, bareForGuarded1] = await interleaved(guardedGet(1), bareGet(1), caseSeconds);
+        await Promise.all([bare.stop(), bareHono.stop(), leastGetServer.stop(), guardedGetServer.stop()]);
+        const trials = {
+          app10,
+          bare10,
+          app1,
+          bare1,
+          hono10,
+          bareForHono10,
+          hono1,
+          bareForHono1,
+          least10,
+          bareForLeast10,
+          least1,
+          bareForLeast1,
+          guarded10,
+          bareForGuarded10,
+          guarded1,
+          bareForGuarded1,
+        };
         for (const [what, trial] of Object.entries(trials)) {
           if (trial.non2xx || trial.errors) throw new Error(`GET ${what}: ${describeOutcome(trial)}`);
         }
@@ -369,6 +394,8 @@ export const httpBench: Benchmark = {
         const honoNote = 'not a target: Hono on @hono/node-server with that select as its one route and no middleware, vs the bare server in the same run';
         const leastNote =
           "not a target: Hono alone, its one route running the app's own statements (the token, tenancy and grants checked in the entity's read, then the remembered answer's access epoch beside it) with the token hashed, vs the bare server in the same run";
+        const guardedNote =
+          'not a target: that least work with the per-request guarantees each in its least form (a request id, one log line, a rate-limit count and its headers, the path validated by zod), vs the bare server in the same run';
         printRows('Reads (Postgres)', [
           atLeast('GET ENV/entities/{name}, 10 clients', perSecond(app10), perSecond(bare10), 'req/s', 0.7, `${floorNote}; app p50 ${p50(app10).toFixed(2)} ms, floor ${p50(bare10).toFixed(2)} ms`),
           atMost('GET ENV/entities/{name}, 1 client, p50', p50(app1), p50(bare1), 'ms', 1.5, `${app1.ok} and ${bare1.ok} requests; p99 ${quantile(app1.latencies, 0.99).toFixed(2)} vs ${quantile(bare1.latencies, 0.99).toFixed(2)} ms`),
@@ -376,6 +403,8 @@ export const httpBench: Benchmark = {
           atMost('  Hono alone: GET, 1 client, p50', p50(hono1), p50(bareForHono1), 'ms', 1.5, honoNote),
           atLeast('  least work: GET, 10 clients', perSecond(least10), perSecond(bareForLeast10), 'req/s', 0.7, leastNote),
           atMost('  least work: GET, 1 client, p50', p50(least1), p50(bareForLeast1), 'ms', 1.5, leastNote),
+          atLeast('  least work kept whole: GET, 10 clients', perSecond(guarded10), perSecond(bareForGuarded10), 'req/s', 0.7, guardedNote),
+          atMost('  least work kept whole: GET, 1 client, p50', p50(guarded1), p50(bareForGuarded1), 'ms', 1.5, guardedNote),
         ]);
       }
 

@@ -29,12 +29,19 @@
  * (src/auth/plain-callers.ts): then its one statement reads the epoch's row
  * and the entity, not the four tables. Nothing else of the app:
  * no request id, log line, rate limit, input checks, validation or ORM.
+ *
+ * With BARE_GUARANTEES as well (`all`, or some of id, log, limit and
+ * validation, comma-separated), that least work keeps those of the app's
+ * per-request guarantees, each in its least form (guaranteeLayers): the
+ * GET's floor once it keeps what the issue and SPEC ask of every request.
  */
 import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { createAdaptorServer } from '@hono/node-server';
-import { Hono } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
+import { requestId } from 'hono/request-id';
 import pg from 'pg';
+import { z } from 'zod';
 import { bearerCredential } from '../../src/auth/caller';
 
 /** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
@@ -50,7 +57,7 @@ function serve(): void {
   const byName = (name: string) => pool.query({ name: 'bare_entity_by_name', text: ENTITY_BY_NAME, values: [envId, name] });
   const statement = process.env.BARE_STATEMENT;
   const server = statement
-    ? leastWorkServer(pool, JSON.parse(statement) as LeastWorkStatements)
+    ? leastWorkServer(pool, JSON.parse(statement) as LeastWorkStatements, guaranteesOf(process.env.BARE_GUARANTEES))
     : process.env.BARE_FRAMEWORK === 'hono'
       ? honoServer(byName)
       : nodeServer(byName);
@@ -88,7 +95,7 @@ export interface LeastWorkStatements {
 /** The placeholders the app's GET statement takes, from a request and what it remembers. */
 type GetValues = { tokenHash: string; org: string; project: string; env: string; name: string; now: string; envId: string | null };
 
-function leastWorkServer(pool: pg.Pool, statements: LeastWorkStatements): Server {
+function leastWorkServer(pool: pg.Pool, statements: LeastWorkStatements, guarantees: Set<Guarantee>): Server {
   const valuesOf = (statement: LeastWorkStatement, request: GetValues) =>
     statement.params.map((param) => ('value' in param ? param.value : request[param.placeholder as keyof GetValues]));
   // as the app remembers a token's plain answer (src/auth/plain-callers.ts): its environment and the access epoch it was read at
@@ -97,7 +104,9 @@ function leastWorkServer(pool: pg.Pool, statements: LeastWorkStatements): Server
   const send = async (name: string, statement: LeastWorkStatement, request: GetValues) =>
     (await pool.query<Row>({ name, text: statement.text, values: valuesOf(statement, request) })).rows[0];
   const app = new Hono();
+  for (const layer of guaranteeLayers(guarantees)) app.use('*', layer);
   app.get('/:org/:project/envs/:env/entities/:name', async (c) => {
+    if (guarantees.has('validation') && !GetParams.safeParse(c.req.param()).success) return c.json({ error: 'invalid path', code: 'validation_failed' }, 400);
     // hashServiceToken's value (SHA-256, hex), by Node's native hash: the least a Node host could spend on it
     const tokenHash = createHash('sha256').update(bearerCredential(c.req.header('authorization')) ?? '').digest('hex');
     const path = c.req.param();
@@ -115,6 +124,65 @@ function leastWorkServer(pool: pg.Pool, statements: LeastWorkStatements): Server
   app.get('/healthz', (c) => c.text('ok'));
   return createAdaptorServer({ fetch: app.fetch }) as Server;
 }
+
+const GUARANTEES = ['id', 'log', 'limit', 'validation'] as const;
+type Guarantee = (typeof GUARANTEES)[number];
+/** BARE_GUARANTEES: `all`, or some of GUARANTEES comma-separated; none by default. */
+function guaranteesOf(value: string | undefined): Set<Guarantee> {
+  if (value === 'all') return new Set(GUARANTEES);
+  const named = (value ?? '').split(',').filter(Boolean);
+  for (const name of named) if (!(GUARANTEES as readonly string[]).includes(name)) throw new Error(`BARE_GUARANTEES: unknown ${name}`);
+  return new Set(named as Guarantee[]);
+}
+
+/** The path's parameters, checked as the app's route schema checks them (EntityParams): four non-empty strings. */
+const GetParams = z.object({ org: z.string().min(1), project: z.string().min(1), env: z.string().min(1), name: z.string().min(1) });
+
+/**
+ * The per-request guarantees of the app, each in its least form:
+ * - `id`: Hono's own request-id middleware, as the app uses it (the
+ *   `X-Request-Id` header);
+ * - `log`: one JSON line per request, rendered and written after the
+ *   response, all of a turn's lines in one write, as the app's sink does;
+ * - `limit`: a per-credential count in a Map and the two RateLimit headers,
+ *   where the app's limiter keeps windows per token hash and per address;
+ * - `validation` (in the route): the path's four parameters through a zod
+ *   schema, as the app's route schema (EntityParams) checks them.
+ */
+function guaranteeLayers(guarantees: Set<Guarantee>): MiddlewareHandler[] {
+  type Line = { requestId: unknown; method: string; path: string; status: number; durationMs: number };
+  let lines: Line[] = [];
+  const flush = () => {
+    const text = lines.map((line) => JSON.stringify({ level: 'info', time: new Date().toISOString(), msg: 'request', ...line })).join('\n');
+    process.stdout.write(`${text}\n`);
+    lines = [];
+  };
+  const log: MiddlewareHandler = async (c, next) => {
+    const started = Date.now();
+    await next();
+    if (lines.length === 0) setImmediate(flush);
+    lines.push({ requestId: c.get('requestId' as never), method: c.req.method, path: c.req.path, status: c.res.status, durationMs: Date.now() - started });
+  };
+  const windows = new Map<string, { count: number; resetAt: number }>();
+  const limit: MiddlewareHandler = async (c, next) => {
+    const key = c.req.header('authorization') ?? '';
+    const now = Date.now();
+    let window = windows.get(key);
+    if (!window || window.resetAt <= now) windows.set(key, (window = { count: 0, resetAt: now + 60_000 }));
+    window.count++;
+    c.header('RateLimit-Policy', `"default";q=${UNLIMITED};w=60`);
+    c.header('RateLimit', `"default";r=${UNLIMITED - window.count};t=${Math.ceil((window.resetAt - now) / 1000)}`);
+    await next();
+  };
+  const layers: MiddlewareHandler[] = [];
+  if (guarantees.has('id')) layers.push(requestId({ headerName: 'X-Request-Id' }));
+  if (guarantees.has('log')) layers.push(log);
+  if (guarantees.has('limit')) layers.push(limit);
+  return layers;
+}
+
+/** The bench's rate limit (BENCH_RATE_LIMIT): counted, never reached. */
+const UNLIMITED = 1_000_000_000;
 
 function nodeServer(byName: ByName): Server {
   return createServer((req, res) => {

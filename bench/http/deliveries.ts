@@ -20,7 +20,9 @@
  * the trigger, an HTTP request in, the entity read, the run inserted and
  * committed, and the HTTP request out; for the deliveries, the bare fetch
  * loop with each delivery's outcome written and committed. They show how
- * much of a target the database writes alone leave on this machine.
+ * much of a target the database writes alone leave on this machine. The
+ * trigger's least work is also measured kept whole: with the guarantees the
+ * app's trigger keeps, each in its least form (`triggerWhole`).
  *
  * The child must be started with OUTBOUND_ALLOWED_HOSTS=127.0.0.1: the
  * outbound guard refuses loopback receivers otherwise (any port of that host
@@ -29,10 +31,14 @@
  * time (the default, 10 s, does), or the held attempts time out and are made
  * again.
  */
-import { createServer } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
@@ -168,29 +174,80 @@ async function inParallel(count: number, concurrency: number, work: () => Promis
 
 /**
  * The least work of the two rows, bare: `pg` (a pool of the app's size, named
- * statements) and node:http, in this process, on the app's database. Its own
- * table, dropped at the end, so the app's tables are not touched.
+ * statements) and node:http, in this process, on the app's database. Tables
+ * of its own, dropped at the end, so the app's tables are not touched.
  *
  * - `trigger()`: a fetch to a bare node:http server here that reads the
  *   entity by name, inserts a run row (autocommit: its own WAL flush) and
  *   answers 202, then posts the run to the receiver with `fetch`; resolves
  *   with the run's id.
+ * - `triggerWhole()`: the same kept whole, with what the app's trigger must
+ *   keep, each in its least form: the bearer token hashed and the access
+ *   epoch read beside the entity (the remembered caller's check); the run and
+ *   its job row in one statement (the outbox: a crash loses no committed run);
+ *   the run's callback token signed by jose (HS256) while that statement is
+ *   out, and carried in the payload; a request id, and one log line written
+ *   after the response. The webhook goes out before the 202, as the app's does.
  * - `record(id)`: what a delivery must write once answered: one row, committed.
  */
-async function leastWork(databaseUrl: string, envId: string, entityName: string, receiverUrl: string) {
+async function leastWork(databaseUrl: string, envId: string, entityName: string, receiverUrl: string, token: string) {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
   await pool.query('create table if not exists bench_least_work (id uuid primary key, entity_id uuid not null, body jsonb not null, created_at timestamptz not null default now())');
+  await pool.query('create table if not exists bench_least_job (run_id uuid primary key, due_at timestamptz not null)');
+  const callbackKey = randomBytes(32);
+  const epochs = new Map<string, string>();
+  // the log lines go to a file, as the app's go to its log file
+  const logDir = await mkdtemp(join(tmpdir(), 'cellplane-least-work-'));
+  const logFd = openSync(join(logDir, 'requests.log'), 'a');
+  let logLines: object[] = [];
+  const flushLog = () => {
+    writeSync(logFd, `${logLines.map((line) => JSON.stringify(line)).join('\n')}\n`);
+    logLines = [];
+  };
+  const send = async (id: string, body: string) => {
+    const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
+    await sent.arrayBuffer();
+  };
+  const least = async (res: ServerResponse) => {
+    const { rows: [entity] } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
+    const id = crypto.randomUUID();
+    const body = JSON.stringify({ vm: entity.name, runId: id });
+    await pool.query({ name: 'least_run', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $2, $3)', values: [id, entity.id, body] });
+    res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
+    await send(id, body);
+  };
+  const whole = async (req: IncomingMessage, res: ServerResponse) => {
+    const started = Date.now();
+    const requestId = crypto.randomUUID();
+    const tokenHash = createHash('sha256').update((req.headers.authorization ?? '').replace(/^Bearer /, '')).digest('hex');
+    const { rows: [entity] } = await pool.query({
+      name: 'least_whole_entity',
+      text: 'select e.*, (select value::text from access_epoch where id = 1) as access_epoch from entities e where env_id = $1 and name = $2',
+      values: [envId, entityName],
+    });
+    // the remembered caller's answer stands while the epoch it was read at does (src/auth/plain-callers.ts)
+    if (epochs.get(tokenHash) !== entity.access_epoch) epochs.set(tokenHash, entity.access_epoch);
+    const id = crypto.randomUUID();
+    const created = Math.floor(Date.now() / 1000);
+    const [, callbackToken] = await Promise.all([
+      pool.query({
+        name: 'least_whole_run',
+        text: 'with run as (insert into bench_least_work (id, entity_id, body) values ($1, $2, $3) returning id) insert into bench_least_job (run_id, due_at) select id, now() from run',
+        values: [id, entity.id, JSON.stringify({ vm: entity.name })],
+      }),
+      new SignJWT({ env: envId }).setProtectedHeader({ alg: 'HS256' }).setSubject(id).setIssuedAt(created).setExpirationTime(created + 3600).sign(callbackKey),
+    ]);
+    const sent = send(id, JSON.stringify({ vm: entity.name, runId: id, callbackToken }));
+    res.writeHead(202, { 'content-type': 'application/json', 'x-request-id': requestId }).end(JSON.stringify({ id }));
+    if (logLines.length === 0) setImmediate(flushLog);
+    logLines.push({ level: 'info', time: new Date().toISOString(), msg: 'request', requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
+    await sent;
+  };
   const server = createServer((req, res) => {
     req.resume();
     req.on('end', async () => {
       try {
-        const { rows: [entity] } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
-        const id = crypto.randomUUID();
-        const body = JSON.stringify({ vm: entity.name, runId: id });
-        await pool.query({ name: 'least_run', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $2, $3)', values: [id, entity.id, body] });
-        res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
-        const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
-        await sent.arrayBuffer();
+        await (req.url === '/whole' ? whole(req, res) : least(res));
       } catch (error) {
         if (!res.headersSent) res.writeHead(500).end(String(error));
       }
@@ -198,20 +255,24 @@ async function leastWork(databaseUrl: string, envId: string, entityName: string,
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const triggerAt = async (path: string, headers: Record<string, string>): Promise<string> => {
+    const res = await fetch(`${url}${path}`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json', ...headers } });
+    if (res.status !== 202) throw new Error(`least-work trigger: ${res.status} ${await res.text()}`);
+    return ((await res.json()) as { id: string }).id;
+  };
   return {
-    trigger: async (): Promise<string> => {
-      const res = await fetch(url, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
-      if (res.status !== 202) throw new Error(`least-work trigger: ${res.status} ${await res.text()}`);
-      return ((await res.json()) as { id: string }).id;
-    },
+    trigger: () => triggerAt('/', {}),
+    triggerWhole: () => triggerAt('/whole', { authorization: `Bearer ${token}` }),
     record: async (): Promise<void> => {
       await pool.query({ name: 'least_record', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $1, $2)', values: [crypto.randomUUID(), '{"outcome":"delivered"}'] });
     },
     close: async () => {
       server.closeAllConnections();
       await new Promise((resolve) => server.close(resolve));
-      await pool.query('drop table if exists bench_least_work');
+      await pool.query('drop table if exists bench_least_work, bench_least_job');
       await pool.end();
+      closeSync(logFd);
+      await rm(logDir, { recursive: true, force: true });
     },
   };
 }
@@ -240,7 +301,7 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
       },
     });
     const triggerPath = `${target.env}/entities/web-1/actions/deploy`;
-    const least = await leastWork(databaseUrl, envId, 'web-1', receiver.url);
+    const least = await leastWork(databaseUrl, envId, 'web-1', receiver.url, target.token);
     closeLeast = least.close;
     const trigger = async () => ((await callApi(target, 'POST', triggerPath, 202, {})) as { id: string }).id;
     const bareFetch = async () => {
@@ -254,12 +315,14 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
       await receiver.arrival(await trigger());
       await bareFetch();
       await receiver.arrival(await least.trigger());
+      await receiver.arrival(await least.triggerWhole());
     }
     const latency: number[] = [];
     /** The trigger's own answer: the part of the latency that is a request, not the runner. */
     const answered: number[] = [];
     const bare: number[] = [];
     const leastLatency: number[] = [];
+    const wholeLatency: number[] = [];
     for (let i = 0; i < latencyRuns; i++) {
       let started = performance.now();
       const id = await trigger();
@@ -270,6 +333,8 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
       bare.push(performance.now() - started);
       started = performance.now();
       leastLatency.push((await receiver.arrival(await least.trigger())) - started);
+      started = performance.now();
+      wholeLatency.push((await receiver.arrival(await least.triggerWhole())) - started);
     }
 
     // deliveries per second: a backlog, queued while the runner's slots wait on held attempts
@@ -315,6 +380,7 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
     const a = summary(answered);
     const b = summary(bare);
     const w = summary(leastLatency);
+    const k = summary(wholeLatency);
     return [
       atMost(
         'trigger → first delivery p50',
@@ -342,6 +408,14 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
         'ms',
         3,
         `not a target: a bare node:http server in the bench reading the entity, inserting a run (committed), answering 202, then fetching the receiver; p99 ${w.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / w.p50).toFixed(2)}×`,
+      ),
+      atMost(
+        '  least work kept whole: trigger → delivery p50',
+        k.p50,
+        b.p50,
+        'ms',
+        3,
+        `not a target: that server with the trigger's guarantees each in its least form (the token hashed and the access epoch read with the entity, the run and its job in one statement, a callback token signed by jose beside it, a request id and a log line), the webhook before the 202; p99 ${k.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / k.p50).toFixed(2)}×`,
       ),
       atLeast(
         '  least work: deliveries/s with a write each',

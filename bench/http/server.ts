@@ -188,10 +188,13 @@ export async function startBare(databaseUrl: string, envId: string, probeName: s
 /**
  * The least work of the app's GET (bench/http/bare.ts, BARE_STATEMENT): Hono
  * and the app's own statement, for a path naming its organization and project
- * by slug (as the bench's paths do), on the database at `databaseUrl`.
+ * by slug (as the bench's paths do), on the database at `databaseUrl`. With
+ * `guarantees` (BARE_GUARANTEES: `all`, or some of id, log, limit and
+ * validation) it keeps those per-request guarantees too, each in its least form.
  */
-export async function startLeastWork(databaseUrl: string, logFile: string): Promise<Child> {
-  return startBareChild('least-work-get', { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatements()) }, '/healthz', logFile);
+export async function startLeastWork(databaseUrl: string, logFile: string, guarantees = ''): Promise<Child> {
+  const env = { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatements()), BARE_GUARANTEES: guarantees };
+  return startBareChild(guarantees ? `least-work-get-${guarantees.replaceAll(',', '-')}` : 'least-work-get', env, '/healthz', logFile);
 }
 
 /** bench/http/bare.ts as a child process on a free port, in the mode `env` chooses. */

@@ -161,7 +161,7 @@ function guaranteeLayers(guarantees: Set<Guarantee>): MiddlewareHandler[] {
     const started = Date.now();
     await next();
     if (lines.length === 0) setImmediate(flush);
-    lines.push({ requestId: c.get('requestId' as never), method: c.req.method, path: c.req.path, status: c.res.status, durationMs: Date.now() - started });
+    lines.push({ requestId: c.get('requestId'), method: c.req.method, path: c.req.path, status: c.res.status, durationMs: Date.now() - started });
   };
   const windows = new Map<string, { count: number; resetAt: number }>();
   const limit: MiddlewareHandler = async (c, next) => {

@@ -43,6 +43,7 @@ import { requestId } from 'hono/request-id';
 import pg from 'pg';
 import { z } from 'zod';
 import { bearerCredential } from '../../src/auth/caller';
+import { requestLog } from './request-log';
 
 /** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
 const APP_POOL_SIZE = 10;
@@ -150,19 +151,14 @@ const GetParams = z.object({ org: z.string().min(1), project: z.string().min(1),
  *   schema, as the app's route schema (EntityParams) checks them.
  */
 function guaranteeLayers(guarantees: Set<Guarantee>): MiddlewareHandler[] {
-  type Line = { requestId: unknown; method: string; path: string; status: number; durationMs: number };
-  let lines: Line[] = [];
-  const flush = () => {
-    const text = lines.map((line) => JSON.stringify({ level: 'info', time: new Date().toISOString(), msg: 'request', ...line })).join('\n');
-    process.stdout.write(`${text}\n`);
-    lines = [];
-  };
+  const logRequest = requestLog((text) => process.stdout.write(text));
   const log: MiddlewareHandler = async (c, next) => {
     const started = Date.now();
     await next();
-    if (lines.length === 0) setImmediate(flush);
-    lines.push({ requestId: c.get('requestId'), method: c.req.method, path: c.req.path, status: c.res.status, durationMs: Date.now() - started });
+    logRequest({ requestId: c.get('requestId'), method: c.req.method, path: c.req.path, status: c.res.status, durationMs: Date.now() - started });
   };
+  // the bench's limit (BENCH_RATE_LIMIT, passed in by startLeastWork): counted, never reached
+  const limitPerMinute = Number(process.env.RATE_LIMIT_PER_MINUTE);
   const windows = new Map<string, { count: number; resetAt: number }>();
   const limit: MiddlewareHandler = async (c, next) => {
     const key = c.req.header('authorization') ?? '';
@@ -170,8 +166,8 @@ function guaranteeLayers(guarantees: Set<Guarantee>): MiddlewareHandler[] {
     let window = windows.get(key);
     if (!window || window.resetAt <= now) windows.set(key, (window = { count: 0, resetAt: now + 60_000 }));
     window.count++;
-    c.header('RateLimit-Policy', `"default";q=${UNLIMITED};w=60`);
-    c.header('RateLimit', `"default";r=${UNLIMITED - window.count};t=${Math.ceil((window.resetAt - now) / 1000)}`);
+    c.header('RateLimit-Policy', `"default";q=${limitPerMinute};w=60`);
+    c.header('RateLimit', `"default";r=${limitPerMinute - window.count};t=${Math.ceil((window.resetAt - now) / 1000)}`);
     await next();
   };
   const layers: MiddlewareHandler[] = [];
@@ -180,9 +176,6 @@ function guaranteeLayers(guarantees: Set<Guarantee>): MiddlewareHandler[] {
   if (guarantees.has('limit')) layers.push(limit);
   return layers;
 }
-
-/** The bench's rate limit (BENCH_RATE_LIMIT): counted, never reached. */
-const UNLIMITED = 1_000_000_000;
 
 function nodeServer(byName: ByName): Server {
   return createServer((req, res) => {

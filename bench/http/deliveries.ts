@@ -41,6 +41,7 @@ import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
+import { requestLog } from './request-log';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
 /** The job runner's attempts in flight (src/node/job-runner.ts): the bare loop matches it. */
@@ -199,11 +200,7 @@ async function leastWork(databaseUrl: string, envId: string, entityName: string,
   // the log lines go to a file, as the app's go to its log file
   const logDir = await mkdtemp(join(tmpdir(), 'cellplane-least-work-'));
   const logFd = openSync(join(logDir, 'requests.log'), 'a');
-  let logLines: object[] = [];
-  const flushLog = () => {
-    writeSync(logFd, `${logLines.map((line) => JSON.stringify(line)).join('\n')}\n`);
-    logLines = [];
-  };
+  const logRequest = requestLog((text) => writeSync(logFd, text));
   const send = async (id: string, body: string) => {
     const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
     await sent.arrayBuffer();
@@ -239,8 +236,7 @@ async function leastWork(databaseUrl: string, envId: string, entityName: string,
     ]);
     const sent = send(id, JSON.stringify({ vm: entity.name, runId: id, callbackToken }));
     res.writeHead(202, { 'content-type': 'application/json', 'x-request-id': requestId }).end(JSON.stringify({ id }));
-    if (logLines.length === 0) setImmediate(flushLog);
-    logLines.push({ level: 'info', time: new Date().toISOString(), msg: 'request', requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
+    logRequest({ requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
     await sent;
   };
   const server = createServer((req, res) => {

@@ -193,7 +193,7 @@ export async function startBare(databaseUrl: string, envId: string, probeName: s
  * validation) it keeps those per-request guarantees too, each in its least form.
  */
 export async function startLeastWork(databaseUrl: string, logFile: string, guarantees = ''): Promise<Child> {
-  const env = { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatements()), BARE_GUARANTEES: guarantees };
+  const env = { DATABASE_URL: databaseUrl, BARE_STATEMENT: JSON.stringify(leastWorkStatements()), BARE_GUARANTEES: guarantees, ...BENCH_RATE_LIMIT };
   return startBareChild(guarantees ? `least-work-get-${guarantees.replaceAll(',', '-')}` : 'least-work-get', env, '/healthz', logFile);
 }
 

@@ -63,9 +63,14 @@ export interface RememberedCaller {
   epoch: string;
 }
 
-/** One entry per token hash, path as written (ids or slugs) and permission; JSON keeps the parts apart whatever they hold. */
+/**
+ * One entry per token hash, path as written (ids or slugs) and permission.
+ * The path's parts may hold any character, so the first two are prefixed by
+ * their length and the last runs to the end: no two different keys' parts
+ * read the same (the hash is hex and the permission has no space).
+ */
 export const plainCallerKey = (tokenHash: string, ref: EnvRef, permission: Permission): string =>
-  JSON.stringify([tokenHash, ref.org, ref.project, ref.env, permission]);
+  `${permission} ${tokenHash} ${ref.org.length} ${ref.org}${ref.project.length} ${ref.project}${ref.env}`;
 
 /** The epoch's value as text (drivers differ on bigint), for a statement that reads `access_epoch` where accessEpochRow(). */
 export const accessEpochValue = () => sql<string>`${accessEpoch.value}::text`;

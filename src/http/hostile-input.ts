@@ -134,9 +134,11 @@ function segmentNames(c: Parameters<MiddlewareHandler<AppEnv>>[0], count: number
  * Refuses a request whose path segments or query keys and values, decoded,
  * are not text a route could take: malformed percent-encoding, NUL, a lone
  * surrogate. Hono decodes leniently (a malformed escape stays as typed), so
- * the check reads the raw URL and decodes each part strictly itself.
+ * the check reads the raw URL and decodes each part strictly itself. Not an
+ * async function: it refuses by throwing, before it calls next(), and hands
+ * next()'s promise on, so a request costs no promise of its own here.
  */
-export const refuseHostileUrl = (): MiddlewareHandler<AppEnv> => async (c, next) => {
+export const refuseHostileUrl = (): MiddlewareHandler<AppEnv> => (c, next) => {
   const url = c.req.url;
   // a request URL is serialized by the URL parser, which percent-encodes every
   // control character and every non-ASCII one: without a `%`, nothing to decode
@@ -165,5 +167,5 @@ export const refuseHostileUrl = (): MiddlewareHandler<AppEnv> => async (c, next)
     const shown = details.slice(0, MAX_DETAILS);
     throw new ApiError('validation_failed', `invalid request URL: ${shown.map((d) => `${d.path} ${d.message}`).join('; ')}`, shown);
   }
-  await next();
+  return next();
 };

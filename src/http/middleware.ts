@@ -62,10 +62,14 @@ const JSON_MEDIA_TYPE = /^application\/([\w.-]+\+)?json$/i;
  * a body or content type, so the route's own schema decides (an optional
  * body is `{}`, a required one is 400 validation_failed).
  */
-export const parseJsonBody = (): MiddlewareHandler<AppEnv> => async (c, next) => {
+export const parseJsonBody = (): MiddlewareHandler<AppEnv> => (c, next) => {
   if (c.req.method === 'GET' || c.req.method === 'HEAD' || c.req.method === 'OPTIONS') return next();
   // a declared length says there is a body (a zero-byte one is read, and replaced below) without building one
   if (declaredLength(c) === undefined && !c.req.raw.body) return next();
+  return parseBody(c, next);
+};
+
+async function parseBody(c: Context<AppEnv>, next: () => Promise<void>): Promise<void> {
   const text = await c.req.text();
   if (text.length === 0) {
     c.req.raw = withoutBody(c.req.raw);
@@ -83,7 +87,7 @@ export const parseJsonBody = (): MiddlewareHandler<AppEnv> => async (c, next) =>
   }
   refuseHostileJson(parsed);
   return next();
-};
+}
 
 /** The same request with no body and no content headers. */
 function withoutBody(request: Request): Request {

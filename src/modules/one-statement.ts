@@ -35,12 +35,33 @@ export function perHandle<T>(build: (db: Queryable, shape: PathShape, name: stri
  * token's hash, the path's tenancy, the time), or undefined when there is no
  * token to fold in (bootstrap mode, a user, a caller already settled).
  */
-export function plainAccessValues(ctx: ServiceContext, ref: EnvRef): { values: { tokenHash: string; org: string; project: string; env: string; now: string }; now: Date } | undefined {
+export function plainAccessValues(ctx: ServiceContext, ref: EnvRef): PlainAccess | undefined {
   const state = ctx.callerState;
   if (state.resolved || state.tokenHash === undefined) return undefined;
-  const now = ctx.clock.now();
-  return { values: { tokenHash: state.tokenHash, org: ref.org, project: ref.project, env: ref.env, now: now.toISOString() }, now };
+  return new PlainAccess(state.tokenHash, ref, ctx.clock.now());
 }
+
+/**
+ * A request's token and tenancy for a one-statement path. `values`, the
+ * placeholders' values, are built when a statement needs them: a caller
+ * remembered by its access epoch (src/auth/plain-callers.ts) needs only the
+ * hash and the time, and the time's text is the dearest part of them.
+ */
+export class PlainAccess {
+  #values: PlainAccessPlaceholders | undefined;
+
+  constructor(
+    readonly tokenHash: string,
+    private readonly ref: EnvRef,
+    readonly now: Date,
+  ) {}
+
+  get values(): PlainAccessPlaceholders {
+    return (this.#values ??= { tokenHash: this.tokenHash, org: this.ref.org, project: this.ref.project, env: this.ref.env, now: this.now.toISOString() });
+  }
+}
+
+export type PlainAccessPlaceholders = { tokenHash: string; org: string; project: string; env: string; now: string };
 
 /** One prepared statement per database handle, whatever the path's shape (it names no tenancy), named `name` where allowed. */
 export function oncePerHandle<T>(build: (db: Queryable, name: string) => T, name: string) {

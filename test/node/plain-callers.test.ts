@@ -395,4 +395,11 @@ describe('PlainCallers', () => {
     expect(key('a/b', 'c')).not.toBe(key('a', 'b/c'));
     expect(key('a', 'b')).not.toBe(plainCallerKey('hash', { org: 'a', project: 'b', env: 'default' }, 'data:write'));
   });
+
+  it('gives every different path its own key, even parts made of digits and spaces as the key writes its lengths', () => {
+    const parts = ['', 'a', '1', ' ', '1 ', ' 1', '11', '1 a', 'a1 '];
+    const paths = parts.flatMap((org) => parts.flatMap((project) => parts.map((env) => ({ org, project, env }))));
+    const keys = new Set(paths.map((ref) => plainCallerKey('hash', ref, 'data:read')));
+    expect(keys.size).toBe(paths.length);
+  });
 });

@@ -59,7 +59,7 @@ export type TriggerRead = {
 export async function readTriggerPlainly(ctx: ServiceContext, ref: EnvRef, entityName: string, actionName: string): Promise<TriggerRead | undefined> {
   const access = plainAccessValues(ctx, ref);
   if (!access) return undefined;
-  const key = plainCallerKey(access.values.tokenHash, ref, 'data:write');
+  const key = plainCallerKey(access.tokenHash, ref, 'data:write');
   const remembered = ctx.plainCallers?.recall(key, access.now);
   if (remembered) {
     const { orgId, projectId, envId } = remembered.row;

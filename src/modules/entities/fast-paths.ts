@@ -80,7 +80,7 @@ const rememberedEntityRead = oncePerHandle((db, name) => rememberedEntityReadQue
 export async function readEntityPlainly(ctx: ServiceContext, ref: EnvRef, name: string): Promise<EntityJsonText | undefined> {
   const access = plainAccessValues(ctx, ref);
   if (!access) return undefined;
-  const key = plainCallerKey(access.values.tokenHash, ref, 'data:read');
+  const key = plainCallerKey(access.tokenHash, ref, 'data:read');
   const remembered = ctx.plainCallers?.recall(key, access.now);
   if (remembered) {
     const [row] = await rowsOf<{ access_epoch: string; entity_json: EntityJsonText | null }>(rememberedEntityRead(ctx), { envId: remembered.row.envId, name });

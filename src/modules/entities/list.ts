@@ -97,7 +97,7 @@ async function listPlainly(ctx: ServiceContext, ref: EnvRef, query: EntityListQu
   }
   const shape = pageShape(query, labels !== undefined);
   if (!isIndexRange(shape)) {
-    const key = plainCallerKey(access.values.tokenHash, ref, 'data:read');
+    const key = plainCallerKey(access.tokenHash, ref, 'data:read');
     const remembered = ctx.plainCallers?.recall(key, access.now);
     if (remembered) {
       const page = await rememberedPage(ctx, shape, query, labels, remembered);

@@ -29,8 +29,14 @@ const root = fileURLToPath(new URL('..', import.meta.url));
  * 1.3 MB more into old space, and a GET cost 10-20 % more CPU for the rest of
  * the process's life (bench/README.md, "2026-11-27, sixth"; docs/decisions.md,
  * "The Node host's V8 flags").
+ *
+ * `--no-parallel-scavenge`: each scavenge of the young generation runs on the
+ * main thread alone. In parallel, its helper threads compete for the same
+ * cores as the requests, Postgres and the clients; on this project's 2-core
+ * machines a GET spent 4-13 % less CPU without them, and the median scavenge
+ * took 1.0 ms instead of 1.8 (bench/README.md, "2026-11-28, later").
  */
-export const SERVER_ARGS = ['--enable-source-maps', '--no-allocation-site-pretenuring', 'build/node/server.mjs'];
+export const SERVER_ARGS = ['--enable-source-maps', '--no-allocation-site-pretenuring', '--no-parallel-scavenge', 'build/node/server.mjs'];
 
 export async function buildServer() {
   await build({

@@ -63,6 +63,7 @@ describe('npm start (the Node host as a process)', () => {
     const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
     expect(scripts.start).toBe(`node scripts/build-server.mjs && exec node ${SERVER_ARGS.join(' ')}`);
     expect(SERVER_ARGS).toContain('--no-allocation-site-pretenuring');
+    expect(SERVER_ARGS).toContain('--no-parallel-scavenge');
   });
 
   it('`npm start` serves from an embedded database with generated local secrets, and stops cleanly on SIGTERM sent to npm', async () => {

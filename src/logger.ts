@@ -73,7 +73,7 @@ export function createLogger(options: {
     // a replacer takes JSON.stringify off its fast path; a flat record of safe names (the request line) needs none
     const replacer = needsReplacer(fields) ? logReplacer : undefined;
     const time = Date.now();
-    const render = () => scrub(JSON.stringify({ level, time: new Date(time).toISOString(), msg: message, ...fields }, replacer));
+    const render = () => scrub(JSON.stringify({ level, time: isoTime(time), msg: message, ...fields }, replacer));
     if (!replacer && sink.later && (level === 'info' || level === 'debug')) sink.later(render);
     else sink(render(), level);
   };
@@ -84,6 +84,22 @@ export function createLogger(options: {
     warn: (message, fields) => write('warn', message, fields),
     error: (message, fields) => write('error', message, fields),
   };
+}
+
+/**
+ * A line's time as ISO text. Lines come many to a millisecond under load (a
+ * turn's lines are rendered together, src/node/log-sink.ts), and the text of
+ * the last millisecond is kept: a Date and its toISOString were a third of a
+ * request line's rendering.
+ */
+let lastTimeMs = Number.NaN;
+let lastTimeText = '';
+function isoTime(ms: number): string {
+  if (ms !== lastTimeMs) {
+    lastTimeText = new Date(ms).toISOString();
+    lastTimeMs = ms;
+  }
+  return lastTimeText;
 }
 
 /** Whether a record's fields hold anything logReplacer would change: a nested value (an error, a sensitive name inside) or a sensitive name. */

@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { DrizzleQueryError } from 'drizzle-orm/errors';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Db } from '../../src/db/client';
 import { createLogger, ERROR_LOG_LIMITS } from '../../src/logger';
 import { Secret } from '../../src/secret';
@@ -16,6 +16,28 @@ describe('logger', () => {
     const { lines, logger } = capture();
     logger.info('hello', { requestId: 'r1' });
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'info', msg: 'hello', requestId: 'r1' });
+  });
+
+  it("stamps each line with the time it was logged, in ISO text, however many lines share a millisecond", () => {
+    vi.useFakeTimers();
+    try {
+      const { lines, logger } = capture();
+      vi.setSystemTime(new Date('2026-11-28T10:00:00.001Z'));
+      logger.info('a');
+      logger.info('b');
+      vi.setSystemTime(new Date('2026-11-28T10:00:00.002Z'));
+      logger.info('c');
+      vi.setSystemTime(new Date('2026-11-28T10:00:00.001Z'));
+      logger.warn('d');
+      expect(lines.map((line) => JSON.parse(line).time)).toEqual([
+        '2026-11-28T10:00:00.001Z',
+        '2026-11-28T10:00:00.001Z',
+        '2026-11-28T10:00:00.002Z',
+        '2026-11-28T10:00:00.001Z',
+      ]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('scrubs configured secret values wherever they appear, including error messages', () => {

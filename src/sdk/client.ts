@@ -1,12 +1,12 @@
 import createFetchClient, { type FetchResponse, type MaybeOptionalInit } from 'openapi-fetch';
 import type { HttpMethod, MediaType, PathsWithMethod, RequiredKeysOf } from 'openapi-typescript-helpers';
-import type { components, paths } from './api-types';
+import type { components, paths } from './api-types/index';
 import { CellplaneError } from './errors';
 import { openChangeStream, type ChangeStreamOptions, type StreamEvent } from './stream';
 
 /**
  * The typed client: every route of the API, typed from the server's own
- * OpenAPI document (./api-types.ts, generated from the zod route
+ * OpenAPI document (./api-types/, generated from the zod route
  * definitions), on `fetch` alone — Node, Workers, Deno and browsers.
  *
  * Each call returns the parsed success body and throws CellplaneError for

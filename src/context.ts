@@ -5,6 +5,7 @@ import type { Logger } from './logger';
 import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler, Mailer } from './platform';
 import type { Auth } from './auth/sessions';
 import type { Caller, CallerState } from './auth/caller';
+import type { ChangeRow } from './stream/feed';
 
 /** Who is calling and what they may do: src/auth/caller.ts (principal and grants, kept apart). */
 export type { Caller };
@@ -36,6 +37,15 @@ export interface ServiceContext {
    * request has succeeded (so after the commit).
    */
   readonly changedEnvironments: Set<string>;
+  /**
+   * Changes this request logged with their log rows in hand (the
+   * one-statement create, src/modules/entities/fast-paths.ts), by
+   * environment: published with those rows (ChangeStreams.publish), so the
+   * Node host's hub need not read them back. Noted only there, never also in
+   * changedEnvironments; an environment in both is published without them,
+   * since some change of it came without its row.
+   */
+  readonly committedChanges: Map<string, ChangeRow[]>;
   /** See Platform.plainCallers. */
   readonly plainCallers?: PlainCallers;
   readonly requestId: string;

@@ -4,6 +4,7 @@ import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
 import type { LeasedJob } from './runs/delivery';
+import type { ChangeRow } from './stream/feed';
 import type { SubscriptionRequest } from './stream/hub';
 
 /**
@@ -65,8 +66,14 @@ export interface DeliverySlot {
  * in-process hub; Worker: the environment's Durable Object.
  */
 export interface ChangeStreams {
-  /** After a commit that logged changes of `envId`: subscribers read the log. Losing it delays, never loses, changes. */
-  publish(envId: string): Promise<void>;
+  /**
+   * After a commit that logged changes of `envId`: subscribers read the log.
+   * Losing it delays, never loses, changes. `committed`, when given, are
+   * every change of `envId` the commit logged, as the log holds them: a host
+   * may fan them out without reading them back when they follow on from
+   * what it last read (src/stream/hub.ts); it reads the log otherwise.
+   */
+  publish(envId: string, committed?: readonly ChangeRow[]): Promise<void>;
   /**
    * Serves an SSE stream of one environment to a caller already authorized
    * for it. `connection` is the host's own handle of the request (Hono's

@@ -7,6 +7,7 @@ import type { DatabaseLease, Platform } from '../platform';
 import { authenticateRequest } from '../auth/authenticators';
 import { CallerState } from '../auth/caller';
 import { authFor } from '../auth/sessions';
+import type { ChangeRow } from '../stream/feed';
 import { ApiError } from './errors';
 import { refuseHostileJson } from './hostile-input';
 
@@ -128,13 +129,15 @@ export const requestContext =
       if (services.callerState.user?.via === 'cookie') refuseCrossSiteWrite(c.req.raw, platform.config);
       c.set('services', services);
       await next();
-      for (const envId of services.changedEnvironments) {
-        const published = platform.changes.publish(envId).catch((error: unknown) =>
+      const publish = (envId: string, committed?: ChangeRow[]) => {
+        const published = platform.changes.publish(envId, committed).catch((error: unknown) =>
           platform.logger.warn('could not publish entity changes; streams catch up at their next heartbeat', { envId, error }),
         );
         // outside the Worker the hub publishes in-process: nothing to wait for
         if (platform.executionContext) c.executionCtx.waitUntil(published);
-      }
+      };
+      for (const envId of services.changedEnvironments) publish(envId);
+      for (const [envId, committed] of services.committedChanges) if (!services.changedEnvironments.has(envId)) publish(envId, committed);
     } finally {
       const released = services.release();
       if (released) {
@@ -164,6 +167,7 @@ class RequestServices implements ServiceContext {
   readonly changes: ServiceContext['changes'];
   readonly mailer: ServiceContext['mailer'];
   readonly changedEnvironments = new Set<string>();
+  readonly committedChanges = new Map<string, ChangeRow[]>();
   readonly plainCallers: ServiceContext['plainCallers'];
   /** Set by the middleware once the request is authenticated, before any handler runs. */
   callerState!: CallerState;

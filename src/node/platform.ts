@@ -194,7 +194,7 @@ export function platformWithJobRunner(
     ...options,
     deliveries: { schedule: async () => jobs.nudge(), reserve: () => jobs.reserve() },
     changes: {
-      publish: (envId) => hub.publish(envId),
+      publish: (envId, committed) => hub.publish(envId, committed),
       // on a real socket (the server), frames go straight to it; in-process requests (app.request) get a web stream
       open: async (request, { raw, headers }) => {
         const outgoing = (raw as { outgoing?: ServerResponse } | undefined)?.outgoing;

@@ -13,7 +13,10 @@ import { attachCells, changeEvent, latestSeq, resumePoint, needsCells, passes, r
  * The change log is the only source. `publish(envId)` says "the log grew";
  * the hub then reads what is new once and hands each change to every live
  * subscriber whose filter it passes. A publish that never arrives costs
- * latency, not changes: the heartbeat reads the log too.
+ * latency, not changes: the heartbeat reads the log too. A publish may carry
+ * the changes its commit logged, as the log holds them: when they follow on
+ * from what the hub last read, with no gap, they are what the read would
+ * return, and are fanned out without it (#deliverCommitted).
  *
  * A subscriber first catches up from the log on its own (its Last-Event-ID,
  * or the environment's latest sequence), then goes live. A change the hub
@@ -143,14 +146,19 @@ export class ChangeHub {
     return () => this.#remove(subscriber);
   }
 
-  /** The log of `envId` grew: read it and fan out. */
-  publish(envId: string): Promise<void> {
+  /**
+   * The log of `envId` grew: read it and fan out. `committed`, when given,
+   * are every change of `envId` one commit logged, read back from it by the
+   * writer's own statement.
+   */
+  publish(envId: string, committed?: readonly ChangeRow[]): Promise<void> {
     const state = this.#environments.get(envId);
     if (!state || state.subscribers.size === 0) return Promise.resolve();
     if (state.reading) {
       state.readAgain = true;
       return state.reading;
     }
+    if (committed && this.#deliverCommitted(state, committed)) return Promise.resolve();
     state.reading = (async () => {
       try {
         do {
@@ -267,6 +275,35 @@ export class ChangeHub {
       }
       state.cursor = Math.max(cursor, state.cursor ?? 0);
     });
+  }
+
+  /**
+   * Fans out a commit's own changes without reading the log, when that is
+   * exactly what a read would do. Sequences are gapless per environment and
+   * commit in order (change-log.ts), so changes numbered from the hub's
+   * cursor + 1 on, with no gap, are the log's next rows; every live
+   * subscriber must have reached the cursor (a read would start lower
+   * otherwise), and no subscriber may filter by cell (the cells are read
+   * from the database). Anything else, or no live subscriber, is false: the
+   * caller reads the log as before. Nothing here awaits, so the subscribers
+   * cannot change under it.
+   */
+  #deliverCommitted(state: EnvironmentState, committed: readonly ChangeRow[]): boolean {
+    const cursor = state.cursor;
+    if (cursor === undefined || committed.length === 0) return false;
+    for (let i = 0; i < committed.length; i++) if (committed[i]!.seq !== cursor + 1 + i) return false;
+    const live: Subscriber[] = [];
+    for (const subscriber of state.subscribers) {
+      if (needsCells(subscriber.request.filter)) return false;
+      if (subscriber.live && subscriber.cursor < cursor) return false;
+      if (subscriber.live) live.push(subscriber);
+    }
+    if (live.length === 0) return false;
+    // as #fanOut: a subscriber still catching up reads these itself
+    for (const subscriber of state.subscribers) if (!subscriber.live) subscriber.dirty = true;
+    for (const change of committed) this.#deliver(change, live);
+    state.cursor = committed[committed.length - 1]!.seq;
+    return true;
   }
 
   /**

@@ -24,8 +24,13 @@ const log = vi.hoisted(() => {
   const rows: ChangeRow[] = [];
   const held: (() => void)[] = [];
   let holding = false;
+  let reads = 0;
   return {
     latest: () => rows.at(-1)?.seq ?? 0,
+    /** The log's rows after `after`, as a writer's own statement returns the ones it logged. */
+    rowsAfter: (after: number) => rows.filter((row) => row.seq > after).map((row) => ({ ...row })),
+    /** Reads of the log so far. */
+    reads: () => reads,
     append(count = 1, entityTypeName = 'vm', padding = 0) {
       for (let i = 0; i < count; i++) {
         const seq = (rows.at(-1)?.seq ?? 0) + 1;
@@ -34,6 +39,7 @@ const log = vi.hoisted(() => {
       }
     },
     read(after: number, limit: number): Promise<ChangeRow[]> {
+      reads++;
       const snapshot = rows.filter((row) => row.seq > after).slice(0, limit).map((row) => ({ ...row }));
       if (!holding) return Promise.resolve(snapshot);
       return new Promise((resolve) => held.push(() => resolve(snapshot)));
@@ -54,6 +60,7 @@ const log = vi.hoisted(() => {
       rows.length = 0;
       held.length = 0;
       holding = false;
+      reads = 0;
     },
   };
 });
@@ -277,6 +284,89 @@ describe('the hub against a scripted change log', () => {
     hub.subscribe(request({ after: 0, filter: { entityType: 'db', scopeCells: null } }), resumed);
     await settle();
     expect(resumed.ids()).toEqual([1, 4]);
+  });
+
+  describe('a publish carrying the changes its commit logged', () => {
+    it('fans them out without reading the log when they follow on from what the hub last read, in the frames a read gives', async () => {
+      const { hub } = hubWith();
+      const [carried, read] = [recordingSink(), recordingSink()];
+      hub.subscribe(request(), carried);
+      await settle();
+      // the hub's first fan-out reads: it knows nothing of the log before it
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(0));
+      const readsBefore = log.reads();
+      log.append(2);
+      await hub.publish('env-1', log.rowsAfter(1));
+      expect(log.reads()).toBe(readsBefore);
+      expect(carried.ids()).toEqual([1, 2, 3]);
+      // the same frames, byte for byte, as a subscriber catching up from the log reads
+      hub.subscribe(request({ after: 0 }), read);
+      await settle();
+      expect(read.texts).toEqual(carried.texts);
+    });
+
+    it('reads the log instead when they do not follow on: a change between them and the last read, or a publish out of order', async () => {
+      const { hub } = hubWith();
+      const sink = recordingSink();
+      hub.subscribe(request(), sink);
+      await settle();
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(0));
+      // 2 commits and its publish is late: 3's publish finds a gap and reads both
+      log.append(2);
+      let readsBefore = log.reads();
+      await hub.publish('env-1', log.rowsAfter(2));
+      expect(log.reads()).toBe(readsBefore + 1);
+      expect(sink.ids()).toEqual([1, 2, 3]);
+      // 2's publish, late: nothing new, nothing twice
+      readsBefore = log.reads();
+      await hub.publish('env-1', log.rowsAfter(1).slice(0, 1));
+      expect(log.reads()).toBe(readsBefore + 1);
+      expect(sink.ids()).toEqual([1, 2, 3]);
+    });
+
+    it('reads the log instead when a subscriber filters by cell, whose cells only the database knows', async () => {
+      const { hub } = hubWith();
+      const [plain, byCell] = [recordingSink(), recordingSink()];
+      hub.subscribe(request(), plain);
+      hub.subscribe(request({ filter: { cell: 'cell-1', scopeCells: null } }), byCell);
+      await settle();
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(0));
+      const readsBefore = log.reads();
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(1));
+      expect(log.reads()).toBe(readsBefore + 1);
+      expect(plain.ids()).toEqual([1, 2]);
+    });
+
+    it('leaves a subscriber still catching up to its own read, which takes them in before it goes live', async () => {
+      const { hub } = hubWith();
+      const live = recordingSink();
+      hub.subscribe(request(), live);
+      await settle();
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(0));
+
+      log.hold();
+      const joining = recordingSink();
+      hub.subscribe(request({ after: 0 }), joining);
+      await settle();
+      expect(log.pending()).toBe(1);
+      // 2 commits after the catch-up's snapshot and is carried straight to the live subscriber
+      log.unhold();
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(1));
+      expect(live.ids()).toEqual([1, 2]);
+      log.release();
+      await settle();
+      expect(joining.ids()).toEqual([1, 2]);
+      log.append();
+      await hub.publish('env-1', log.rowsAfter(2));
+      expect(joining.ids()).toEqual([1, 2, 3]);
+      expect(live.ids()).toEqual([1, 2, 3]);
+    });
   });
 
   it('a change is encoded once: every subscriber it passes is handed the very same bytes', async () => {

@@ -38,6 +38,29 @@ async function within<T>(promise: Promise<T>, what: string, timeoutMs = 10_000):
 }
 
 const ids = (events: SseEvent[]) => events.map((e) => Number(e.id));
+
+/** The first `count` frames of a stream as the bytes carry them (the SSE client parses them), after `lastEventId` if given. */
+async function rawFrames(url: string, token: string, lastEventId: string | undefined, count: number): Promise<string[]> {
+  const controller = new AbortController();
+  const response = await fetch(url, {
+    headers: { authorization: `Bearer ${token}`, ...(lastEventId === undefined ? {} : { 'last-event-id': lastEventId }) },
+    signal: controller.signal,
+  });
+  const reader = response.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  const frames = () => text.split('\n\n').filter((block) => block.startsWith('id: '));
+  try {
+    while (frames().length < count) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+    }
+  } finally {
+    controller.abort();
+  }
+  return frames().slice(0, count);
+}
 const names = (events: SseEvent[]) => events.map((e) => e.data.entity.name as string);
 const consecutive = (from: number, count: number) => Array.from({ length: count }, (_, i) => from + i);
 
@@ -152,6 +175,19 @@ describe('the change stream hub', () => {
     await within(client.ended, 'the stream to end at expiry');
     expect(client.events.at(-1)).toMatchObject({ event: 'end', data: { type: 'end', reason: 'token expired' } });
     expect((await fetch(`${bases.get(api)}${env}/entities/stream`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(401);
+  });
+
+  it("sends a create's frame live exactly as the log replays it, byte for byte", async () => {
+    const env = await newEnv();
+    const url = `${bases.get(api)}${env}/entities/stream`;
+    const before = api.hub.subscriberCount();
+    const live = rawFrames(url, viewer, undefined, 3);
+    await until(() => api.hub.subscriberCount() > before, 'the stream to open');
+    // the first create of the process's type reads it in a transaction; the next ones are one statement, whose change row the hub is handed
+    for (const name of ['one', 'two', 'three']) await createEntity(env, name);
+    const frames = await within(live, 'three live frames');
+    expect(frames.map((frame) => /^id: (\d+)/.exec(frame)?.[1])).toEqual((await logOf(env)).map((change) => String(change.seq)));
+    expect(await within(rawFrames(url, viewer, '0', 3), 'three replayed frames')).toEqual(frames);
   });
 
   describe('resuming with ?lastEventId=', () => {

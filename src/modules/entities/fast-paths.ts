@@ -7,6 +7,7 @@ import { databaseError, SQLSTATE } from '../../db/errors';
 import { accessEpoch, entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
 import { oncePerHandle, perHandle, plainAccessValues, typeDefinitionCache, type PathShape } from '../one-statement';
+import type { ChangeRow } from '../../stream/feed';
 import { entityJson, rowsOf, type EntityJsonText } from './driver-rows';
 import { toEntity, type EntityRow } from './service';
 
@@ -112,6 +113,16 @@ export const rememberedEntityType = validatedTypes.recall;
 const entityColumns = getTableColumns(entities);
 type EntityColumns = typeof entityColumns;
 
+/** The change-log columns the stream's hub reads (readChanges in src/stream/feed.ts), as the create's statement returns them. */
+const changeColumns = {
+  seq: entityChanges.seq,
+  type: entityChanges.type,
+  entityId: entityChanges.entityId,
+  entityTypeName: entityChanges.entityTypeName,
+  entity: entityChanges.entity,
+  at: entityChanges.at,
+};
+
 const plainEntityCreate = perHandle((db, shape, name) => {
   const caller = db.$with('caller').as(plainEnvironmentAccess(db, shape, 'data:write'));
   // the type row, share-locked to commit like the transactional path's, and only at the version validated against
@@ -143,20 +154,25 @@ const plainEntityCreate = perHandle((db, shape, name) => {
     update ${environments} set change_seq = change_seq + 1
     where ${environments.id} = (select ${inserted.envId} from ${inserted}) and (select count(*) from ${uniqueKeys}) >= 0
     returning change_seq`);
-  // the change's entity: the API's Entity, built by toEntity from the request, with the ids only the statement knows
-  const change = db.$with('change', { seq: entityChanges.seq }).as(sql`
+  // the change's entity: the API's Entity, built by toEntity from the request, with the ids only the statement knows;
+  // the row comes back as the log holds it, for the stream's hub (ChangeStreams.publish)
+  const change = db.$with('change', changeColumns).as(sql`
     insert into ${entityChanges} (env_id, seq, type, entity_id, entity_name, entity_type_name, entity)
     select ${inserted.envId}, ${changeSeq.changeSeq}, 'entity.created', ${inserted.id}, ${inserted.name}, ${inserted.entityTypeName},
            ${sql.placeholder('entity')}::jsonb || jsonb_build_object('id', ${inserted.id}, 'orgId', ${inserted.orgId},
              'projectId', ${inserted.projectId}, 'envId', ${inserted.envId})
     from ${inserted}, ${changeSeq}
-    returning seq`);
+    returning ${sql.join(Object.values(changeColumns).map((column) => sql.identifier(column.name)), sql`, `)}`);
   const entity = Object.fromEntries(Object.keys(entityColumns).map((key) => [key, inserted[key as keyof EntityColumns]])) as {
     [K in keyof EntityColumns]: (typeof inserted)[K];
   };
   return db
     .with(caller, entityType, inserted, uniqueKeys, changeSeq, change)
-    .select({ caller: plainAccessColumns(caller), entity, seq: change.seq })
+    .select({
+      caller: plainAccessColumns(caller),
+      entity,
+      change: { seq: change.seq, type: change.type, entityId: change.entityId, entityTypeName: change.entityTypeName, entity: change.entity, at: change.at },
+    })
     .from(inserted)
     .innerJoin(caller, sql`true`)
     .innerJoin(change, sql`true`)
@@ -232,5 +248,13 @@ export async function createEntityPlainly(ctx: ServiceContext, ref: EnvRef, crea
   }
   if (!row) return undefined;
   settlePlainCaller(state, row.caller, ref, create.now);
+  noteCommittedChange(ctx, row.entity.envId, { ...row.change, entity: row.change.entity as Record<string, unknown>, storedCells: null });
   return row.entity;
+}
+
+/** A change the request's own statement logged, with its row as the log holds it: published with it once the request succeeds (ServiceContext.committedChanges). */
+function noteCommittedChange(ctx: ServiceContext, envId: string, change: ChangeRow): void {
+  const noted = ctx.committedChanges.get(envId);
+  if (noted) noted.push(change);
+  else ctx.committedChanges.set(envId, [change]);
 }

@@ -230,12 +230,9 @@ export { listEntities } from './list';
 // --- writes ------------------------------------------------------------------
 
 export async function createEntity(ctx: ServiceContext, ref: EnvRef, input: EntityCreate): Promise<Entity> {
+  // its statement writes the change row too, and notes it for the stream (createEntityPlainly)
   const plain = await createEntityInOneStatement(ctx, ref, input);
-  if (plain) {
-    // its statement wrote the change row too
-    ctx.changedEnvironments.add(plain.envId);
-    return plain;
-  }
+  if (plain) return plain;
   const { project, env } = await authorizeEnvironment(ctx, ref, 'data:write');
   const lastSyncedAt = input.lastSyncedAt === undefined ? null : notInFuture(ctx, input.lastSyncedAt, 'lastSyncedAt');
   const scope = await callerCellScope(ctx, project.id);

@@ -158,6 +158,14 @@ export interface Platform {
    */
   plainCallers?: PlainCallers;
   /**
+   * SHA-256 of text (its UTF-8), as hex, where the host has a native one to
+   * call synchronously (Node: node:crypto). The rate limiter keys every
+   * request with a token by it; without it the core's own, @noble/hashes
+   * (hashServiceToken in src/auth/service-token.ts), gives the same digest
+   * in about three times the time.
+   */
+  sha256Hex?: (text: string) => string;
+  /**
    * The app serves the local-first CLI inside its own process, with no port
    * open: a request without credentials is the operator's, with every power
    * (src/auth/principal.ts, LocalOperatorPrincipal). Never set by a server.

@@ -99,24 +99,30 @@ const CALLBACK = /^\/[^/]+\/[^/]+\/envs\/[^/]+\/action-runs\/([^/]+)\/callback$/
  * and an address whose failures fill that budget is refused before its next
  * token is looked up.
  */
-export function rateLimitSubject(c: Context, rateLimits: RateLimits): { key: string; failureKey?: string; tokenHash?: string } {
+export function rateLimitSubject(
+  c: Context,
+  rateLimits: RateLimits,
+  /** Platform.sha256Hex where the host has one: the same digest as hashServiceToken. */
+  sha256Hex: (text: string) => string = hashServiceToken,
+): { key: string; failureKey?: string; tokenHash?: string } {
   const address = addressPartition(rateLimits.clientAddress(c));
   const callback = c.req.method === 'POST' ? CALLBACK.exec(c.req.path) : null;
   if (callback && UUID.test(callback[1]!)) return { key: `run:${callback[1]!.toLowerCase()}`, failureKey: `fail:${address}` };
   const token = bearerCredential(c.req.header('authorization'));
   if (token !== undefined && isWellFormedServiceToken(token)) {
-    const tokenHash = hashServiceToken(token);
+    const tokenHash = sha256Hex(token);
     return { key: `tok:${tokenHash.slice(0, 32)}`, failureKey: `fail:${address}`, tokenHash };
   }
   // a user session, as a Bearer value (the CLI) or the cookie (browsers)
   const session = token !== undefined && !token.startsWith(TOKEN_PREFIX) ? token : sessionCookieToken(c.req.header('cookie'));
-  if (session !== undefined) return { key: `ses:${hashServiceToken(session).slice(0, 32)}`, failureKey: `fail:${address}` };
+  if (session !== undefined) return { key: `ses:${sha256Hex(session).slice(0, 32)}`, failureKey: `fail:${address}` };
   return { key: `ip:${address}` };
 }
 
 export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
   const { rateLimits, clock } = platform;
   if (!rateLimits) return (_c, next) => next();
+  const sha256Hex = platform.sha256Hex ?? hashServiceToken;
   const limit = platform.config.rateLimitPerMinute;
   const policy = `"${POLICY}";q=${limit};w=${RATE_LIMIT_WINDOW_MS / 1000}`;
   const secondsLeft = (standing: RateLimitStanding) => Math.max(1, Math.ceil((standing.resetAt - clock.now().getTime()) / 1000));
@@ -139,7 +145,7 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
   };
 
   return async (c, next) => {
-    const { key, failureKey, tokenHash } = rateLimitSubject(c, rateLimits);
+    const { key, failureKey, tokenHash } = rateLimitSubject(c, rateLimits, sha256Hex);
     // authentication reads the same header later: it reuses the hash
     if (tokenHash) c.set('serviceTokenHash', tokenHash);
     // an address whose failed credentials spent its budget is refused before its next token is looked up: no I/O

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { PlainCallers } from '../auth/plain-callers';
 import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
@@ -154,6 +155,7 @@ export function platformOnSharedDatabase(options: {
     rateLimits: options.rateLimits ?? new NodeRateLimits({ clock: options.clock ?? systemClock, logger: options.logger }),
     // one per platform, and a platform serves one database
     plainCallers: new PlainCallers(),
+    sha256Hex: (text) => createHash('sha256').update(text, 'utf8').digest('hex'),
     executionContext: false,
   };
 }

@@ -1,6 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { crc32 } from '../../src/auth/crc32';
 import { generateServiceToken, hashServiceToken, isWellFormedServiceToken } from '../../src/auth/service-token';
+import { loadConfig } from '../../src/config';
+import type { Db } from '../../src/db/client';
+import { createLogger } from '../../src/logger';
+import { platformOnSharedDatabase } from '../../src/node/platform';
+import { TEST_SECRETS } from '../support/node-app';
 
 describe('service token format', () => {
   it('uses the standard CRC-32 (check value of "123456789")', () => {
@@ -35,6 +40,12 @@ describe('service token format', () => {
   it('hashes with SHA-256 to hex', () => {
     expect(hashServiceToken('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
     expect(hashServiceToken('')).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
+  });
+
+  it("the Node host's native SHA-256 (Platform.sha256Hex, the rate limiter's) gives hashServiceToken's digest, for any text", () => {
+    const platform = platformOnSharedDatabase({ config: loadConfig(TEST_SECRETS), logger: createLogger({ sink: () => {} }), db: {} as Db });
+    const texts = ['', 'abc', generateServiceToken().token, 'cpl_ünïcödé-токен-令牌-🔑', 'a lone \ud800 surrogate', 'x'.repeat(10_000)];
+    for (const text of texts) expect(platform.sha256Hex!(text)).toBe(hashServiceToken(text));
   });
 
   it('computes the same SHA-256 as WebCrypto', async () => {

@@ -23,8 +23,10 @@ export const serviceTokenAuthenticator: Authenticator = {
     const token = bearerCredential(authorization);
     if (token === undefined) throw unauthorized('expected Authorization: Bearer <token>');
     if (!token.startsWith(TOKEN_PREFIX)) return undefined;
+    // a hash the rate limiter took is of this very header's token, which it found well-formed first
+    if (knownTokenHash !== undefined) return { kind: 'service-token', tokenHash: knownTokenHash };
     if (!isWellFormedServiceToken(token)) throw unauthorized('malformed token');
-    return { kind: 'service-token', tokenHash: knownTokenHash ?? hashServiceToken(token) };
+    return { kind: 'service-token', tokenHash: hashServiceToken(token) };
   },
 };
 

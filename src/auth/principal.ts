@@ -98,7 +98,7 @@ export interface AuthenticationInput {
   auth(): Auth;
   /** AUTH_SECRET: a session Bearer value's signature is checked with it before any lookup. */
   authSecret: Secret;
-  /** hashServiceToken of the bearer token, when the request already computed it (the rate limiter). */
+  /** hashServiceToken of the bearer token, when the request already computed it (the rate limiter, only for a token it found well-formed: its shape and checksum are not checked again). */
   knownTokenHash?: string;
   /** The platform serves the local-first CLI in its own process (Platform.localOperator). */
   localOperator?: boolean;

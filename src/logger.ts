@@ -120,7 +120,25 @@ function needsReplacer(fields: LogFields | undefined): boolean {
 function logReplacer(key: string, value: unknown): unknown {
   if (key !== '' && isSensitiveKey(key)) return '[redacted]';
   if (value instanceof Error) return serializeError(value);
+  // an `error` that is no Error of this realm is never walked field by field: a driver's error
+  // event can carry its connection (pg-pool attaches the client, with its config and cancel key)
+  if (key === 'error' && typeof value === 'object' && value !== null) return errorLikeShape(value);
   return value;
+}
+
+/**
+ * What a log line keeps of an `error` field that is not an Error instance:
+ * an Error of another realm (it has a message and a stack) as serializeError
+ * shapes any, anything else (an Event, a plain object) by its class and
+ * message only.
+ */
+function errorLikeShape(value: object): SerializedError {
+  const { message, stack } = value as { message?: unknown; stack?: unknown };
+  if (typeof message === 'string' && typeof stack === 'string') return serializeError(value as Error);
+  const type = value.constructor?.name;
+  const shape: SerializedError = { name: typeof type === 'string' && type !== '' ? bound(type, 100) : 'Object' };
+  if (typeof message === 'string') shape.message = bound(message, ERROR_LOG_LIMITS.messageChars);
+  return shape;
 }
 
 /** How much of an error a log line keeps: the whole line stays within a few KiB however deep the chain. */

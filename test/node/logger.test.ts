@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { runInNewContext } from 'node:vm';
 import { DrizzleQueryError } from 'drizzle-orm/errors';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { Db } from '../../src/db/client';
@@ -38,6 +39,20 @@ describe('logger', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+
+  it("never walks an `error` field that is no Error of this realm: a driver's event with its connection attached keeps only its class and message", () => {
+    const { lines, logger } = capture();
+    const connection = { processID: 31606, secretKey: -1692357003, config: { host: '127.0.0.1', user: 'app' } };
+    logger.warn('lost', { error: Object.assign(new Event('error'), { client: connection }) });
+    logger.warn('lost', { error: runInNewContext('new Error("connection reset")') as object, note: 'another realm' });
+    logger.warn('lost', { error: { message: 'socket hang up', client: connection } });
+    const records = lines.map((line) => JSON.parse(line));
+    expect(records[0].error).toEqual({ name: 'Event' });
+    expect(records[1].error).toMatchObject({ name: 'Error', message: 'connection reset' });
+    expect(records[1].error.stack).toEqual(expect.any(String));
+    expect(records[2].error).toEqual({ name: 'Object', message: 'socket hang up' });
+    for (const line of lines) for (const leak of ['secretKey', '1692357003', 'processID', '31606', 'client']) expect(line).not.toContain(leak);
   });
 
   it('scrubs configured secret values wherever they appear, including error messages', () => {

@@ -70,13 +70,31 @@ export async function startServer(env: Record<string, string | undefined>): Prom
   return { node, server, url, graceMs, stop };
 }
 
+/**
+ * How soon after the stop's signal another one is the same stop, not a
+ * second one. Under `npm start` a supervisor that signals the process group
+ * (systemd's default) reaches the server twice: directly, and relayed by npm
+ * a moment later. So does a terminal's Ctrl-C. Only a signal sent after this
+ * long is someone asking again, and kills at once.
+ */
+export const RELAYED_SIGNAL_MS = 1_000;
+
 const isEntryPoint = process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'));
 
 if (isEntryPoint) {
   startServer(process.env).then(
     ({ stop, graceMs }) => {
+      let stoppingSince: number | undefined;
       for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-        process.once(signal, () => {
+        process.on(signal, () => {
+          if (stoppingSince !== undefined) {
+            if (Date.now() - stoppingSince < RELAYED_SIGNAL_MS) return;
+            // asked again: Node's default, at once
+            process.removeAllListeners(signal);
+            process.kill(process.pid, signal);
+            return;
+          }
+          stoppingSince = Date.now();
           // a stop stuck past its grace period (a database that does not answer) must not hold the process
           setTimeout(() => {
             console.error('cellplane: shutdown did not finish in time; exiting');

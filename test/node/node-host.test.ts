@@ -1,4 +1,5 @@
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -58,6 +59,15 @@ function expectNoSecrets(output: string, extra: string[]): void {
   }
 }
 
+/** A request whose body never finishes arriving: the server's stop waits its grace period for it. */
+async function unfinishedUpload(server: ServerProcess): Promise<Socket> {
+  const upload = connect(Number(new URL(server.url).port), '127.0.0.1');
+  await new Promise((resolve) => upload.once('connect', resolve));
+  upload.on('error', () => {});
+  upload.write('POST /orgs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"na');
+  return upload;
+}
+
 describe('npm start (the Node host as a process)', () => {
   it("runs, after its build, node with exactly the arguments the tests and the bench start it with (V8's flags included)", () => {
     const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
@@ -88,6 +98,34 @@ describe('npm start (the Node host as a process)', () => {
     expect((await fetch(`${again.url}/orgs/acme`, { headers: { authorization: `Bearer ${tokens[0]}` } })).status).toBe(200);
     expect(await again.stop('SIGINT')).toBe(0);
     expect(JSON.parse(readFileSync(secretsFile, 'utf8'))).toEqual(generated);
+  });
+
+  it('a SIGTERM to the whole process group of `npm start` (a supervisor\'s way: it reaches the server twice, directly and through npm) is one stop, given its grace period', async () => {
+    const server = await startServerProcess({ CELLPLANE_DATA_DIR: tempDir(), SHUTDOWN_GRACE_SECONDS: '2' }, { npm: true });
+    await exercise(server);
+    // an upload that never finishes holds the stop for its grace period, while npm's relay of the signal arrives
+    const upload = await unfinishedUpload(server);
+    const asked = Date.now();
+    expect(await server.stop('SIGTERM', { group: true })).toBe(0);
+    expect(Date.now() - asked).toBeGreaterThanOrEqual(2_000);
+    expect(server.output().match(/"msg":"shutting down"/g)).toHaveLength(1);
+    expect(server.output()).toMatch(/"msg":"stopped","abortedAttempts":0,"closedConnections":1/);
+    upload.destroy();
+  });
+
+  it('a signal sent again once the stop is under way kills at once, without waiting out the grace period', async () => {
+    const server = await startServerProcess({ CELLPLANE_DATA_DIR: tempDir(), SHUTDOWN_GRACE_SECONDS: '60' });
+    // an upload that never finishes holds the stop for its grace period
+    const upload = await unfinishedUpload(server);
+    server.child.kill('SIGTERM');
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(server.child.exitCode).toBeNull();
+    expect(server.output()).toContain('"msg":"shutting down"');
+    const asked = Date.now();
+    expect(await server.stop('SIGTERM')).toBeNull();
+    expect(server.child.signalCode).toBe('SIGTERM');
+    expect(Date.now() - asked).toBeLessThan(10_000);
+    upload.destroy();
   });
 
   it('never logs the configured secrets', async () => {

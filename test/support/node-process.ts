@@ -21,8 +21,12 @@ export interface ServerProcess {
   url: string;
   /** Everything the process wrote to stdout and stderr so far. */
   output(): string;
-  /** Sends the signal and resolves with the exit code. */
-  stop(signal?: NodeJS.Signals): Promise<number | null>;
+  /**
+   * Sends the signal and resolves with the exit code (null when a signal
+   * ended it). `group`: to the whole process group, npm and the server under
+   * `npm start`, as a supervisor such as systemd does.
+   */
+  stop(signal?: NodeJS.Signals, options?: { group?: boolean }): Promise<number | null>;
 }
 
 /**
@@ -54,10 +58,11 @@ export async function startServerProcess(env: Record<string, string>, options: {
     child,
     url,
     output: () => output,
-    stop: async (signal = 'SIGTERM') => {
-      if (child.exitCode !== null) return exited;
+    stop: async (signal = 'SIGTERM', options = {}) => {
+      if (child.exitCode !== null || child.signalCode !== null) return exited;
       if (signal !== 'SIGKILL') {
-        child.kill(signal);
+        if (options.group) process.kill(-child.pid!, signal);
+        else child.kill(signal);
         return exited;
       }
       process.kill(-child.pid!, 'SIGKILL');
@@ -76,8 +81,8 @@ export async function startServerProcess(env: Record<string, string>, options: {
   };
   // the secret scan: whatever the test, the process never printed a configured secret, a token or a JWT
   const stop = server.stop;
-  server.stop = async (signal) => {
-    const code = await stop(signal);
+  server.stop = async (signal, options) => {
+    const code = await stop(signal, options);
     assertNoSecretsIn(output, env, 'the output of the server process');
     return code;
   };

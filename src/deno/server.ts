@@ -4,7 +4,7 @@ import { createLogger, type LogSink } from '../logger';
 import type { RateLimits } from '../platform';
 import { Secret } from '../secret';
 import { createStdoutSink } from '../node/log-sink';
-import { createNodePlatform, listeningUrl, logListening, type NodePlatform } from '../node/platform';
+import { createNodePlatform, listeningUrl, logListening, RELAYED_SIGNAL_MS, type NodePlatform } from '../node/platform';
 
 /**
  * `npm run deno`: the whole API on Deno, with the variables and behaviour of
@@ -131,11 +131,15 @@ const exitAfter =
 
 /** Ends the process once the stop is done. */
 function stopOnSignals(stop: () => Promise<void>, graceMs: number, exit: (code: number) => never): void {
-  let signalled = false;
+  let signalledAt: number | undefined;
   const onSignal = (signal: 'SIGINT' | 'SIGTERM') => {
-    // a second signal ends the process at once, as Node's default does for the Node host (128 + the signal's number)
-    if (signalled) exit(signal === 'SIGINT' ? 130 : 143);
-    signalled = true;
+    if (signalledAt !== undefined) {
+      // the same stop relayed (npm, a signal to the process group): ignored
+      if (Date.now() - signalledAt < RELAYED_SIGNAL_MS) return;
+      // asked again: the process ends at once, as Node's default does for the Node host (128 + the signal's number)
+      exit(signal === 'SIGINT' ? 130 : 143);
+    }
+    signalledAt = Date.now();
     // a stop stuck past its grace period (a database that does not answer) must not hold the process
     Deno.unrefTimer(
       setTimeout(() => {

@@ -126,6 +126,16 @@ async function serverIsPostgres(database: NodeDatabase): Promise<boolean> {
 }
 
 /**
+ * How soon after the stop's signal another one is the same stop, not a
+ * second one (both hosts' servers). Under `npm start` or `npm run deno`, a
+ * supervisor that signals the process group (systemd's default) reaches the
+ * server twice: directly, and relayed by npm a moment later. So does a
+ * terminal's Ctrl-C. Only a signal sent after this long is someone asking
+ * again, and ends the process at once.
+ */
+export const RELAYED_SIGNAL_MS = 1_000;
+
+/**
  * A Platform whose requests all share one long-lived database handle (the
  * Node host's pool or PGlite): leasing is free and releasing does nothing.
  */

@@ -6,7 +6,7 @@ import { createLogger } from '../logger';
 import { Secret } from '../secret';
 import { answerClientErrors } from './client-errors';
 import { createStdoutSink } from './log-sink';
-import { createNodePlatform, listeningUrl, logListening, type NodePlatform } from './platform';
+import { createNodePlatform, listeningUrl, logListening, RELAYED_SIGNAL_MS, type NodePlatform } from './platform';
 
 /**
  * `npm start`: the whole API on Node. With no environment at all it serves
@@ -69,15 +69,6 @@ export async function startServer(env: Record<string, string | undefined>): Prom
     })());
   return { node, server, url, graceMs, stop };
 }
-
-/**
- * How soon after the stop's signal another one is the same stop, not a
- * second one. Under `npm start` a supervisor that signals the process group
- * (systemd's default) reaches the server twice: directly, and relayed by npm
- * a moment later. So does a terminal's Ctrl-C. Only a signal sent after this
- * long is someone asking again, and kills at once.
- */
-export const RELAYED_SIGNAL_MS = 1_000;
 
 const isEntryPoint = process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'));
 

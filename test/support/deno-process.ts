@@ -48,9 +48,9 @@ export async function startDenoProcess(env: Record<string, string>, options: { n
     child,
     url: `http://127.0.0.1:${port}`,
     output: () => output,
-    stop: async (signal = 'SIGTERM') => {
+    stop: async (signal = 'SIGTERM', options = {}) => {
       if (child.exitCode === null) {
-        if (signal === 'SIGKILL') process.kill(-child.pid!, 'SIGKILL');
+        if (signal === 'SIGKILL' || options.group) process.kill(-child.pid!, signal);
         else child.kill(signal);
       }
       const code = await exited;

@@ -31,6 +31,28 @@ export interface ChangeRow {
 /** The event every reader sends: `{ type, entity, at }` (DECISIONS §6). */
 export const changeEvent = (change: ChangeRow) => ({ type: change.type, entity: change.entity, at: change.at.toISOString() });
 
+/** The columns of a change-log row that make a ChangeRow: what the log read selects, and what a writer's statement returns of the row it logged. */
+export const CHANGE_LOG_COLUMNS = {
+  seq: entityChanges.seq,
+  type: entityChanges.type,
+  entityId: entityChanges.entityId,
+  entityTypeName: entityChanges.entityTypeName,
+  entity: entityChanges.entity,
+  at: entityChanges.at,
+  cells: entityChanges.cells,
+};
+
+/** A change-log row, read as drizzle maps CHANGE_LOG_COLUMNS, as the stream hands it on. */
+export const changeRowOf = (row: Pick<ChangeRow, 'seq' | 'type' | 'entityId' | 'entityTypeName' | 'at'> & { entity: unknown; cells: string[] | null }): ChangeRow => ({
+  seq: row.seq,
+  type: row.type,
+  entityId: row.entityId,
+  entityTypeName: row.entityTypeName,
+  entity: row.entity as Record<string, unknown>,
+  at: row.at,
+  storedCells: row.cells,
+});
+
 /**
  * The log read, built once per database handle. The hub reads the log once
  * per published change (src/stream/hub.ts), and building the query each
@@ -43,15 +65,7 @@ export const changeEvent = (change: ChangeRow) => ({ type: change.type, entity: 
  */
 const buildChangesAfter = (db: Queryable) =>
   db
-    .select({
-      seq: entityChanges.seq,
-      type: entityChanges.type,
-      entityId: entityChanges.entityId,
-      entityTypeName: entityChanges.entityTypeName,
-      entity: entityChanges.entity,
-      at: entityChanges.at,
-      cells: entityChanges.cells,
-    })
+    .select(CHANGE_LOG_COLUMNS)
     .from(entityChanges)
     .where(and(eq(entityChanges.envId, sql.placeholder('envId')), gt(entityChanges.seq, sql.placeholder('after'))))
     .orderBy(asc(entityChanges.seq))
@@ -64,15 +78,7 @@ export async function readChanges(db: Queryable, envId: string, after: number, l
   let query = changesAfter.get(db);
   if (!query) changesAfter.set(db, (query = buildChangesAfter(db)));
   const rows = await query.execute({ envId, after, limit });
-  return rows.map((row) => ({
-    seq: row.seq,
-    type: row.type,
-    entityId: row.entityId,
-    entityTypeName: row.entityTypeName,
-    entity: row.entity as Record<string, unknown>,
-    at: row.at,
-    storedCells: row.cells,
-  }));
+  return rows.map(changeRowOf);
 }
 
 /** The environment's latest sequence: where a stream without a resume point starts. */

@@ -94,6 +94,21 @@ class Subscriber {
   }
 }
 
+/**
+ * The environment's live subscribers, for a fan-out that does not await
+ * before it has delivered to them. The others are still catching up, and are
+ * marked to read once more before they go live: what goes out now is theirs
+ * from their own read.
+ */
+function liveMarkingTheRestDirty(state: EnvironmentState): Subscriber[] {
+  const live: Subscriber[] = [];
+  for (const subscriber of state.subscribers) {
+    if (subscriber.live) live.push(subscriber);
+    else subscriber.dirty = true;
+  }
+  return live;
+}
+
 interface EnvironmentState {
   projectId: string;
   subscribers: Set<Subscriber>;
@@ -262,13 +277,8 @@ export class ChangeHub {
         let cells = false;
         for (const subscriber of state.subscribers) cells ||= needsCells(subscriber.request.filter);
         if (cells) await attachCells(db, state.projectId, changes);
-        // from here to the end of the batch nothing awaits, so who is live cannot change under it:
-        // a subscriber still catching up reads these itself (dirty), a live one gets them here
-        const live: Subscriber[] = [];
-        for (const subscriber of state.subscribers) {
-          if (subscriber.live) live.push(subscriber);
-          else subscriber.dirty = true;
-        }
+        // from here to the end of the batch nothing awaits, so who is live cannot change under it
+        const live = liveMarkingTheRestDirty(state);
         for (const change of changes) this.#deliver(change, live);
         if (changes.length > 0) cursor = changes[changes.length - 1]!.seq;
         if (changes.length < this.#options.batch) break;
@@ -292,15 +302,14 @@ export class ChangeHub {
     const cursor = state.cursor;
     if (cursor === undefined || committed.length === 0) return false;
     for (let i = 0; i < committed.length; i++) if (committed[i]!.seq !== cursor + 1 + i) return false;
-    const live: Subscriber[] = [];
+    let anyLive = false;
     for (const subscriber of state.subscribers) {
       if (needsCells(subscriber.request.filter)) return false;
       if (subscriber.live && subscriber.cursor < cursor) return false;
-      if (subscriber.live) live.push(subscriber);
+      anyLive ||= subscriber.live;
     }
-    if (live.length === 0) return false;
-    // as #fanOut: a subscriber still catching up reads these itself
-    for (const subscriber of state.subscribers) if (!subscriber.live) subscriber.dirty = true;
+    if (!anyLive) return false;
+    const live = liveMarkingTheRestDirty(state);
     for (const change of committed) this.#deliver(change, live);
     state.cursor = committed[committed.length - 1]!.seq;
     return true;

@@ -7,7 +7,7 @@ import { databaseError, SQLSTATE } from '../../db/errors';
 import { accessEpoch, entities, entityChanges, entityTypes, entityUniqueKeys, environments } from '../../db/schema';
 import type { EntityTypeDefinition, EntityTypeVersion } from '../entity-types/service';
 import { oncePerHandle, perHandle, plainAccessValues, typeDefinitionCache, type PathShape } from '../one-statement';
-import type { ChangeRow } from '../../stream/feed';
+import { CHANGE_LOG_COLUMNS, changeRowOf, type ChangeRow } from '../../stream/feed';
 import { entityJson, rowsOf, type EntityJsonText } from './driver-rows';
 import { toEntity, type EntityRow } from './service';
 
@@ -113,16 +113,6 @@ export const rememberedEntityType = validatedTypes.recall;
 const entityColumns = getTableColumns(entities);
 type EntityColumns = typeof entityColumns;
 
-/** The change-log columns the stream's hub reads (readChanges in src/stream/feed.ts), as the create's statement returns them. */
-const changeColumns = {
-  seq: entityChanges.seq,
-  type: entityChanges.type,
-  entityId: entityChanges.entityId,
-  entityTypeName: entityChanges.entityTypeName,
-  entity: entityChanges.entity,
-  at: entityChanges.at,
-};
-
 const plainEntityCreate = perHandle((db, shape, name) => {
   const caller = db.$with('caller').as(plainEnvironmentAccess(db, shape, 'data:write'));
   // the type row, share-locked to commit like the transactional path's, and only at the version validated against
@@ -156,23 +146,22 @@ const plainEntityCreate = perHandle((db, shape, name) => {
     returning change_seq`);
   // the change's entity: the API's Entity, built by toEntity from the request, with the ids only the statement knows;
   // the row comes back as the log holds it, for the stream's hub (ChangeStreams.publish)
-  const change = db.$with('change', changeColumns).as(sql`
+  const change = db.$with('change', CHANGE_LOG_COLUMNS).as(sql`
     insert into ${entityChanges} (env_id, seq, type, entity_id, entity_name, entity_type_name, entity)
     select ${inserted.envId}, ${changeSeq.changeSeq}, 'entity.created', ${inserted.id}, ${inserted.name}, ${inserted.entityTypeName},
            ${sql.placeholder('entity')}::jsonb || jsonb_build_object('id', ${inserted.id}, 'orgId', ${inserted.orgId},
              'projectId', ${inserted.projectId}, 'envId', ${inserted.envId})
     from ${inserted}, ${changeSeq}
-    returning ${sql.join(Object.values(changeColumns).map((column) => sql.identifier(column.name)), sql`, `)}`);
+    returning ${sql.join(Object.values(CHANGE_LOG_COLUMNS).map((column) => sql.identifier(column.name)), sql`, `)}`);
   const entity = Object.fromEntries(Object.keys(entityColumns).map((key) => [key, inserted[key as keyof EntityColumns]])) as {
     [K in keyof EntityColumns]: (typeof inserted)[K];
   };
+  const changeRow = Object.fromEntries(Object.keys(CHANGE_LOG_COLUMNS).map((key) => [key, change[key as keyof typeof CHANGE_LOG_COLUMNS]])) as {
+    [K in keyof typeof CHANGE_LOG_COLUMNS]: (typeof change)[K];
+  };
   return db
     .with(caller, entityType, inserted, uniqueKeys, changeSeq, change)
-    .select({
-      caller: plainAccessColumns(caller),
-      entity,
-      change: { seq: change.seq, type: change.type, entityId: change.entityId, entityTypeName: change.entityTypeName, entity: change.entity, at: change.at },
-    })
+    .select({ caller: plainAccessColumns(caller), entity, change: changeRow })
     .from(inserted)
     .innerJoin(caller, sql`true`)
     .innerJoin(change, sql`true`)
@@ -248,7 +237,7 @@ export async function createEntityPlainly(ctx: ServiceContext, ref: EnvRef, crea
   }
   if (!row) return undefined;
   settlePlainCaller(state, row.caller, ref, create.now);
-  noteCommittedChange(ctx, row.entity.envId, { ...row.change, entity: row.change.entity as Record<string, unknown>, storedCells: null });
+  noteCommittedChange(ctx, row.entity.envId, changeRowOf(row.change));
   return row.entity;
 }
 

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { PlainCallers } from '../auth/plain-callers';
 import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
@@ -165,7 +165,8 @@ export function platformOnSharedDatabase(options: {
     rateLimits: options.rateLimits ?? new NodeRateLimits({ clock: options.clock ?? systemClock, logger: options.logger }),
     // one per platform, and a platform serves one database
     plainCallers: new PlainCallers(),
-    sha256Hex: (text) => createHash('sha256').update(text, 'utf8').digest('hex'),
+    // the one-shot hash (Node ≥ 20.12, Deno 2): half the cost of a Hash object per request
+    sha256Hex: (text) => hash('sha256', text, 'hex'),
     executionContext: false,
   };
 }

@@ -1,12 +1,11 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
-import type { Hook } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler, Next } from 'hono';
 import { requestId } from 'hono/request-id';
 import { matchedRoutes } from 'hono/route';
 import { sql } from 'drizzle-orm';
 import type { AppEnv } from './context';
-import { ApiError } from './http/errors';
 import { handleError } from './http/error-handler';
+import { validationHook } from './http/validation';
 import { refuseHostileUrl } from './http/hostile-input';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
 import { rateLimit } from './http/rate-limit';
@@ -37,20 +36,6 @@ import { preferenceRoutes } from './modules/preferences/routes';
 import { ssoRoutes } from './modules/sso/routes';
 import { githubRoutes, githubSignedRoutes } from './modules/github/routes';
 import { projectWebhookRoutes } from './modules/github/project-webhook-routes';
-
-/** Schema violations become 400 validation_failed with one detail per issue. */
-const validationHook: Hook<unknown, AppEnv, string, unknown> = (result) => {
-  if (result.success) return;
-  const details = result.error.issues.map((issue) => ({
-    path: issue.path.map(String).join('.') || '(root)',
-    message: issue.message,
-  }));
-  throw new ApiError(
-    'validation_failed',
-    `invalid ${result.target === 'json' ? 'request body' : result.target}: ${details.map((d) => `${d.path} ${d.message}`).join('; ')}`,
-    details,
-  );
-};
 
 /**
  * Runs `middleware`, in order, only when a real route matched, so unknown

@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { MiddlewareHandler } from 'hono';
 import type { CallbackClaims } from '../../auth/callback-token';
 import type { AppEnv } from '../../context';
@@ -9,7 +10,7 @@ import { authenticateCallback, cancelRunRequest, completeRunByCallback, getRun, 
 
 const TAGS = ['Action runs'];
 
-export const actionRunRoutes = new OpenAPIHono<AppEnv>();
+export const actionRunRoutes = new ApiRoutes<AppEnv>();
 
 const runPath = (p: { o: string; p: string; envName: string }, id: string) =>
   `/${encodeURIComponent(p.o)}/${encodeURIComponent(p.p)}/envs/${encodeURIComponent(p.envName)}/action-runs/${id}`;
@@ -118,7 +119,7 @@ actionRunRoutes.openapi(
  */
 type CallbackEnv = { Variables: AppEnv['Variables'] & { callbackClaims: CallbackClaims } };
 
-export const actionRunCallbackRoutes = new OpenAPIHono<CallbackEnv>();
+export const actionRunCallbackRoutes = new ApiRoutes<CallbackEnv>();
 
 const callbackTokenFirst: MiddlewareHandler<CallbackEnv> = async (c, next) => {
   c.set('callbackClaims', await authenticateCallback(c.get('services'), c.req.param('id') ?? '', c.req.header('authorization')));

@@ -1,11 +1,12 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { EntityParams } from '../entities/schemas';
 import { Action, ActionDeleted, ActionParams, ActionRequest, AvailableAction, ProjectParams } from './schemas';
 import { createAction, deleteAction, getAction, listActions, listEntityActions, updateAction } from './service';
 
-export const actionRoutes = new OpenAPIHono<AppEnv>();
+export const actionRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Actions'];
 

@@ -1,5 +1,6 @@
 import { superAdminOnly } from '../../auth/memberships';
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonResponse, UserSessionSecurity } from '../../http/openapi';
 import {
@@ -24,7 +25,7 @@ import {
   setOrgSuspension,
 } from './service';
 
-export const adminRoutes = new OpenAPIHono<AppEnv>();
+export const adminRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Super-admin'];
 const WHO =

@@ -1,11 +1,12 @@
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { EnvParams } from '../entities/schemas';
 import { BatchRequest, BatchResult, MAX_BATCH_ENTITIES, MAX_BATCH_RELATIONSHIPS } from './schemas';
 import { applyBatch } from './service';
 
-export const batchRoutes = new OpenAPIHono<AppEnv>();
+export const batchRoutes = new ApiRoutes<AppEnv>();
 
 batchRoutes.openapi(
   createRoute({

@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { Entity } from '../entities/schemas';
@@ -16,7 +17,7 @@ import {
 } from './schemas';
 import { addCellMember, createCell, deleteCell, listCellMembers, listCells, readCell, removeCellMember, replaceCell } from './service';
 
-export const cellRoutes = new OpenAPIHono<AppEnv>();
+export const cellRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Cells'];
 const ENV_CHOICE =

@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { ApiError } from '../../http/errors';
 import { TokenOrSessionSecurity, errorResponses, jsonResponse } from '../../http/openapi';
@@ -8,7 +9,7 @@ import { listChanges, openEntityStream } from './service';
 
 const TAGS = ['Entity changes'];
 
-export const changeRoutes = new OpenAPIHono<AppEnv>();
+export const changeRoutes = new ApiRoutes<AppEnv>();
 
 changeRoutes.openapi(
   createRoute({

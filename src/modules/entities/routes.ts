@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse, jsonText } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
@@ -24,7 +25,7 @@ import { getBatchMetrics, getEntityMetrics, setEntityMetric } from './metrics';
 import { createEntity, deleteEntity, getEntity, listEntities, updateEntity } from './service';
 import { getEntityDrift, stampEntitySync } from './sync';
 
-export const entityRoutes = new OpenAPIHono<AppEnv>();
+export const entityRoutes = new ApiRoutes<AppEnv>();
 
 const ENTITIES = '/{o}/{p}/envs/{envName}/entities';
 const ENTITY = `${ENTITIES}/{name}`;

@@ -1,10 +1,11 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { EntityType, EntityTypeDeleted, EntityTypeParams, EntityTypeRequest, ProjectParams } from './schemas';
 import { createEntityType, deleteEntityType, getEntityType, listEntityTypes, updateEntityType } from './service';
 
-export const entityTypeRoutes = new OpenAPIHono<AppEnv>();
+export const entityTypeRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Entity types'];
 

@@ -1,10 +1,11 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { Environment, EnvironmentCreate, EnvironmentDeleted, EnvironmentParams, ProjectParams } from './schemas';
 import { createEnvironment, deleteEnvironment, listEnvironments } from './service';
 
-export const environmentRoutes = new OpenAPIHono<AppEnv>();
+export const environmentRoutes = new ApiRoutes<AppEnv>();
 
 environmentRoutes.openapi(
   createRoute({

@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { refuseHostileUrl } from '../../http/hostile-input';
 import { limitBody, requestContext } from '../../http/middleware';
@@ -38,7 +39,7 @@ const ProjectWebhookHeaders = z.object({
 });
 
 export function projectWebhookRoutes(platform: Platform): OpenAPIHono<AppEnv> {
-  const routes = new OpenAPIHono<AppEnv>();
+  const routes = new ApiRoutes<AppEnv>();
   routes.use(MIDDLEWARE_PATH, refuseHostileUrl(), limitBody(), requestContext(platform, { authenticate: false }));
   routes.openapi(
     createRoute({

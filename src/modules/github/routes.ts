@@ -1,4 +1,5 @@
 import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { MiddlewareHandler } from 'hono';
 import { userSessionOnly } from '../../auth/memberships';
 import type { InstallStateClaims } from '../../codehost/install-state';
@@ -40,7 +41,7 @@ const TAGS = ['GitHub'];
 const NOT_CONFIGURED = '503 codehost_not_configured when any CODEHOST_APP_* variable is missing (checked after the caller is authorized).';
 
 /** Routes that take a user session or a service token: mounted behind the API's credential check. */
-export const githubRoutes = new OpenAPIHono<AppEnv>();
+export const githubRoutes = new ApiRoutes<AppEnv>();
 
 githubRoutes.openapi(
   createRoute({
@@ -189,7 +190,7 @@ const internalError = {
  * signature is over its bytes), so the API's JSON parsing is not applied.
  */
 export function githubSignedRoutes(platform: Platform): OpenAPIHono<AppEnv> {
-  const routes = new OpenAPIHono<AppEnv>();
+  const routes = new ApiRoutes<AppEnv>();
   routes.use(APP_WEBHOOK_PATH, refuseHostileUrl(), limitBody(), requestContext(platform, { authenticate: false }));
   routes.use(INSTALL_CALLBACK_PATH, refuseHostileUrl(), requestContext(platform, { authenticate: false }));
 
@@ -225,7 +226,7 @@ export function githubSignedRoutes(platform: Platform): OpenAPIHono<AppEnv> {
     },
   );
 
-  const callbacks = new OpenAPIHono<CallbackEnv>();
+  const callbacks = new ApiRoutes<CallbackEnv>();
   callbacks.openapi(
     createRoute({
       method: 'get',

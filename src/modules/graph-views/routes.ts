@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, TokenOrSessionSecurity } from '../../http/openapi';
 import { GraphView, GraphViewCreate, GraphViewDeleted, GraphViewParams, GraphViewProjectParams, GraphViewUpdate } from './schemas';
@@ -12,7 +13,7 @@ import {
   updateGraphView,
 } from './service';
 
-export const graphViewRoutes = new OpenAPIHono<AppEnv>();
+export const graphViewRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Graph views'];
 const PATH = '/{o}/{p}/graph-views';

@@ -1,12 +1,13 @@
 import { userSessionOnly } from '../../auth/memberships';
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
 import { OrgRefParam } from '../orgs/schemas';
 import { Member, MemberParams, MemberProvision, MemberRemoved, MemberRoleChange, OrganizationLeft } from './schemas';
 import { changeMemberRole, leaveOrg, listMembers, provisionMember, removeMember } from './service';
 
-export const memberRoutes = new OpenAPIHono<AppEnv>();
+export const memberRoutes = new ApiRoutes<AppEnv>();
 
 const SESSION_ONLY = 'Needs a user session: a service token gets 401 (docs/people/members.md).';
 

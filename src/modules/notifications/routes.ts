@@ -1,11 +1,12 @@
 import { userSessionOnly } from '../../auth/memberships';
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonResponse, UserSessionSecurity } from '../../http/openapi';
 import { NotificationList, NotificationListQuery, NotificationParams, NotificationRead, NotificationReadAll } from './schemas';
 import { listNotifications, markAllRead, markRead } from './service';
 
-export const notificationRoutes = new OpenAPIHono<AppEnv>();
+export const notificationRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Notifications'];
 const WHO = "The signed-in user's own notifications only; without a user session (a service token, bootstrap mode) 401.";

@@ -1,11 +1,12 @@
 import { userSessionOnly, userSessionOrLocalOperator } from '../../auth/memberships';
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { BearerSecurity, errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
 import { Organization, OrganizationCreate, OrganizationDeleted, OrganizationMembership, OrgRefParam } from './schemas';
 import { createOrg, deleteOrg, getOrg, listMyOrgs } from './service';
 
-export const orgRoutes = new OpenAPIHono<AppEnv>();
+export const orgRoutes = new ApiRoutes<AppEnv>();
 
 orgRoutes.openapi(
   createRoute({

@@ -1,11 +1,12 @@
 import { userSessionOnly } from '../../auth/memberships';
-import { createRoute, OpenAPIHono } from '@hono/zod-openapi';
+import { createRoute } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
 import { PreferenceParams, UserPreference, UserPreferenceUpdate } from './schemas';
 import { deletePreference, getPreference, putPreference } from './service';
 
-export const preferenceRoutes = new OpenAPIHono<AppEnv>();
+export const preferenceRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['User preferences'];
 const PATH = '/user/preferences/{key}';

@@ -1,10 +1,11 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { OrgProjectsParam, Project, ProjectCreate } from './schemas';
 import { createProject, listProjects } from './service';
 
-export const projectRoutes = new OpenAPIHono<AppEnv>();
+export const projectRoutes = new ApiRoutes<AppEnv>();
 
 projectRoutes.openapi(
   createRoute({

@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import {
@@ -16,7 +17,7 @@ import {
   updateRelationshipType,
 } from './service';
 
-export const relationshipTypeRoutes = new OpenAPIHono<AppEnv>();
+export const relationshipTypeRoutes = new ApiRoutes<AppEnv>();
 
 const TAGS = ['Relationship types'];
 

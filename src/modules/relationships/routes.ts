@@ -1,4 +1,5 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { announceNextPage } from '../../http/pagination';
@@ -22,7 +23,7 @@ import {
   updateRelationship,
 } from './service';
 
-export const relationshipRoutes = new OpenAPIHono<AppEnv>();
+export const relationshipRoutes = new ApiRoutes<AppEnv>();
 
 const ENV = '/{o}/{p}/envs/{envName}';
 const TAGS = ['Relationships'];

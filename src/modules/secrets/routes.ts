@@ -1,11 +1,12 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { Secret } from '../../secret';
 import { EnvironmentSecretsParams, SecretDeleted, SecretInfo, SecretParams, SecretPut } from './schemas';
 import { deleteSecret, listSecrets, putSecret } from './service';
 
-export const secretRoutes = new OpenAPIHono<AppEnv>();
+export const secretRoutes = new ApiRoutes<AppEnv>();
 
 secretRoutes.openapi(
   createRoute({

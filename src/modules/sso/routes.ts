@@ -1,12 +1,13 @@
 import { userSessionOnly } from '../../auth/memberships';
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { errorResponses, jsonBody, jsonResponse, UserSessionSecurity } from '../../http/openapi';
 import { SsoExtra, SsoExtraUpdate, SsoOrgParams, SsoProvider, SsoProviderCreate, SsoProviderDeleted, SsoProviderParams } from './schemas';
 import { deleteSsoProvider, listSsoExtras, registerSsoProvider, sessionHeadersOf, updateSsoExtra } from './service';
 
 /** Mounted in `cloud` mode only (src/app.ts): in `oss` these paths are 404 (SPEC). */
-export const ssoRoutes = new OpenAPIHono<AppEnv>();
+export const ssoRoutes = new ApiRoutes<AppEnv>();
 
 const RULES = 'Owner or admin; a member gets 403, a non-member 404. Needs a user session: a service token gets 401 (docs/people/sso.md).';
 

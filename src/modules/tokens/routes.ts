@@ -1,10 +1,11 @@
-import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
+import { createRoute, z } from '@hono/zod-openapi';
+import { ApiRoutes } from '../../http/validation';
 import type { AppEnv } from '../../context';
 import { TokenOrSessionSecurity, errorResponses, jsonBody, jsonResponse } from '../../http/openapi';
 import { MintedServiceToken, ServiceToken, ServiceTokenCreate, ServiceTokenRevoked, TokenParams, TokenProjectParams } from './schemas';
 import { listTokens, mintToken, revokeToken } from './service';
 
-export const tokenRoutes = new OpenAPIHono<AppEnv>();
+export const tokenRoutes = new ApiRoutes<AppEnv>();
 
 const PATH = '/orgs/{orgId}/projects/{projectId}/tokens';
 

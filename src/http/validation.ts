@@ -30,18 +30,20 @@ type RouteConfig = Parameters<OpenApi<Env>>[0];
 
 /**
  * The API's route groups: an OpenAPIHono whose routes check their path and
- * query parameters in one synchronous step, before the body.
+ * query parameters in one synchronous step.
  *
  * @hono/zod-openapi checks each part of a request through
  * @hono/zod-validator: an async middleware per part, each reading the
  * Content-Type header, parsing with `safeParseAsync` and awaiting the hook,
  * four promises for a path's few strings. A GET spent 7 µs of CPU there
  * (bench/README.md, "2026-11-28, third"). Here the path and query are parsed
- * with `safeParse` (their schemas are synchronous: test/node/validation.test.ts
- * parses each route's) and handed to the route as validated data, so
- * `c.req.valid('param')` and `c.req.valid('query')` read them as before.
- * What the document says of a route is unchanged: the route is registered
- * whole, then added without the two parts for the library to check.
+ * with `safeParse` and handed to the route as validated data, so
+ * `c.req.valid('param')` and `c.req.valid('query')` read them as before, at
+ * the same point of the route: after its own middleware. Their schemas must be
+ * synchronous: an async refinement would throw, and test/node/fuzz.test.ts,
+ * which calls every route, would find the 500. What the document says of a
+ * route is unchanged: the route is registered whole, then added without the
+ * two parts for the library to check.
  *
  * A route with a hook of its own, or a body only, is left to the library.
  */
@@ -58,14 +60,19 @@ export class ApiRoutes<E extends Env = AppEnv> extends OpenAPIHono<E> {
         ...route,
         hide: true,
         request: { ...route.request, params: undefined, query: undefined },
-        middleware: [checkParameters(query as ZodType | undefined, params as ZodType | undefined), ...(middleware === undefined ? [] : [middleware].flat())],
+        // after the route's own middleware (a caller's check that must answer first), before the library's body check: its order
+        middleware: [...(middleware === undefined ? [] : [middleware].flat()), checkParameters(query as ZodType | undefined, params as ZodType | undefined)],
       };
       return (add as (...args: unknown[]) => unknown)(checked, handler);
     }) as OpenApi<E>;
   }
 }
 
-/** Parses the query, then the path (the library's order), and hands each on as the route's validated data. */
+/**
+ * Parses the query, then the path, and hands each on as the route's
+ * validated data: where the library checked them, after the route's own
+ * middleware and before its body.
+ */
 const checkParameters =
   (query: ZodType | undefined, params: ZodType | undefined): MiddlewareHandler =>
   (c: Context, next: Next) => {

@@ -71,7 +71,7 @@ describe('path and query validation', () => {
     expect(names).toEqual(expect.arrayContaining(['path:o', 'path:p', 'path:envName', 'query:limit', 'query:label', 'query:cursor']));
   });
 
-  it('checks the query before the path, as the library did, and leaves a route with a hook of its own to the library', async () => {
+  it("checks the query, then the path, after the route's own middleware, as the library did; a route with a hook of its own is the library's", async () => {
     const routes = new ApiRoutes<AppEnv>({ defaultHook: validationHook });
     const request = { params: z.object({ id: z.uuid() }), query: z.object({ n: z.coerce.number().int() }) };
     routes.openapi(createRoute({ method: 'get', path: '/checked/{id}', request, responses: { 200: { description: 'ok' } } }), (c) =>
@@ -82,7 +82,22 @@ describe('path and query validation', () => {
       (c) => c.json({ ...c.req.valid('param'), ...c.req.valid('query') }, 200),
       (result, c) => (result.success ? undefined : c.json({ hook: result.target }, 422)),
     );
+    // a route's own middleware answers before its parameters are read (a caller's check: 401 before 400)
+    routes.openapi(
+      createRoute({
+        method: 'get',
+        path: '/guarded/{id}',
+        request,
+        middleware: [async (c, next) => (c.req.header('x-pass') ? next() : c.json({ guard: 'refused' }, 401))],
+        responses: { 200: { description: 'ok' } },
+      }),
+      (c) => c.json({ ...c.req.valid('param'), ...c.req.valid('query') }, 200),
+    );
     routes.onError((error, c) => c.json({ error: error.message }, 400));
+    const guarded = await routes.request('/guarded/bad?n=x');
+    expect([guarded.status, await guarded.json()]).toEqual([401, { guard: 'refused' }]);
+    const passed = await routes.request('/guarded/bad?n=1', { headers: { 'x-pass': '1' } });
+    expect(await passed.json()).toEqual({ error: expect.stringMatching(/^invalid param: id /) });
     const id = '5f0c6f8e-8d3e-4d6a-9a43-2b1f0d1e7c11';
     expect(await (await routes.request(`/checked/${id}?n=7`)).json()).toEqual({ id, n: 7 });
     expect(await (await routes.request('/checked/bad?n=x')).json()).toEqual({ error: expect.stringMatching(/^invalid query: n /) });
@@ -91,7 +106,7 @@ describe('path and query validation', () => {
     expect([hooked.status, await hooked.json()]).toEqual([422, { hook: 'param' }]);
     expect(await (await routes.request(`/hooked/${id}?n=2`)).json()).toEqual({ id, n: 2 });
     const documented = routes.getOpenAPI31Document({ openapi: '3.1.0', info: { title: 't', version: '1' } });
-    expect(Object.keys(documented.paths ?? {})).toEqual(['/checked/{id}', '/hooked/{id}']);
+    expect(Object.keys(documented.paths ?? {})).toEqual(['/checked/{id}', '/hooked/{id}', '/guarded/{id}']);
     expect(documented.paths!['/checked/{id}']!.get!.parameters).toHaveLength(2);
   });
 });

@@ -50,11 +50,12 @@ type RouteConfig = Parameters<OpenApi<Env>>[0];
 export class ApiRoutes<E extends Env = AppEnv> extends OpenAPIHono<E> {
   constructor(init?: ConstructorParameters<typeof OpenAPIHono<E>>[0]) {
     super(init);
-    const add: OpenApi<E> = this.openapi;
+    // the library's own method, called untyped: the route's types are the caller's, unchanged
+    const add = this.openapi as unknown as (config: RouteConfig, handler: unknown, hook?: unknown) => unknown;
     this.openapi = ((config: RouteConfig, handler: unknown, hook: unknown) => {
       const { middleware, hide, ...route } = config;
       const { params, query } = route.request ?? {};
-      if ((!params && !query) || hook !== undefined) return (add as (...args: unknown[]) => unknown)(config, handler, hook);
+      if ((!params && !query) || hook !== undefined) return add(config, handler, hook);
       if (!hide) this.openAPIRegistry.registerPath(route);
       const checked = {
         ...route,
@@ -63,7 +64,7 @@ export class ApiRoutes<E extends Env = AppEnv> extends OpenAPIHono<E> {
         // after the route's own middleware (a caller's check that must answer first), before the library's body check: its order
         middleware: [...(middleware === undefined ? [] : [middleware].flat()), checkParameters(query as ZodType | undefined, params as ZodType | undefined)],
       };
-      return (add as (...args: unknown[]) => unknown)(checked, handler);
+      return add(checked, handler);
     }) as OpenApi<E>;
   }
 }

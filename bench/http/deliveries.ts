@@ -16,10 +16,11 @@
  *   webhook-id seen twice is reported.
  *
  * Beside each, not a target: the least work the row's path must do, written
- * bare in this process against the same database (`leastWork` below): for
- * the trigger, an HTTP request in, the entity read, the run inserted and
- * committed, and the HTTP request out; for the deliveries, the bare fetch
- * loop with each delivery's outcome written and committed. They show how
+ * bare against the same database (`leastWork` below): for the trigger, a
+ * child process of its own, as the app is (./least-trigger.ts), taking an
+ * HTTP request in, reading the entity, inserting and committing the run, and
+ * sending the HTTP request out; for the deliveries, the bare fetch loop in
+ * this process with each delivery's outcome written and committed. They show how
  * much of a target the database writes alone leave on this machine. The
  * trigger's least work is also measured kept whole: with the guarantees the
  * app's trigger keeps, each in its least form (`triggerWhole`).
@@ -31,17 +32,17 @@
  * time (the default, 10 s, does), or the held attempts time out and are made
  * again.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SignJWT } from 'jose';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
-import { requestLog } from './request-log';
+import { createLeastTables, dropLeastTables, LEAST_RUNS_TABLE } from './least-trigger';
+import { startLeastTrigger } from './server';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
 /** The job runner's attempts in flight (src/node/job-runner.ts): the bare loop matches it. */
@@ -191,68 +192,18 @@ async function inParallel(count: number, concurrency: number, work: () => Promis
  *   after the response. The webhook goes out before the 202, as the app's does.
  * - `record(id)`: what a delivery must write once answered: one row, committed.
  */
+/**
+ * The trigger's least work, plain and kept whole, in a child process of its
+ * own (./least-trigger.ts); and the write-per-delivery loop's one committed
+ * insert, made from this process beside its bare fetch.
+ */
 async function leastWork(databaseUrl: string, envId: string, entityName: string, receiverUrl: string, token: string) {
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
-  await pool.query('create table if not exists bench_least_work (id uuid primary key, entity_id uuid not null, body jsonb not null, created_at timestamptz not null default now())');
-  await pool.query('create table if not exists bench_least_job (run_id uuid primary key, due_at timestamptz not null)');
-  const callbackKey = randomBytes(32);
-  const epochs = new Map<string, string>();
-  // the log lines go to a file, as the app's go to its log file
   const logDir = await mkdtemp(join(tmpdir(), 'cellplane-least-work-'));
-  const logFd = openSync(join(logDir, 'requests.log'), 'a');
-  const logRequest = requestLog((text) => writeSync(logFd, text));
-  const send = async (id: string, body: string) => {
-    const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
-    await sent.arrayBuffer();
-  };
-  const least = async (res: ServerResponse) => {
-    const { rows: [entity] } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
-    const id = crypto.randomUUID();
-    const body = JSON.stringify({ vm: entity.name, runId: id });
-    await pool.query({ name: 'least_run', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $2, $3)', values: [id, entity.id, body] });
-    res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
-    await send(id, body);
-  };
-  const whole = async (req: IncomingMessage, res: ServerResponse) => {
-    const started = Date.now();
-    const requestId = crypto.randomUUID();
-    const tokenHash = createHash('sha256').update((req.headers.authorization ?? '').replace(/^Bearer /, '')).digest('hex');
-    const { rows: [entity] } = await pool.query({
-      name: 'least_whole_entity',
-      text: 'select e.*, (select value::text from access_epoch where id = 1) as access_epoch from entities e where env_id = $1 and name = $2',
-      values: [envId, entityName],
-    });
-    // the remembered caller's answer stands while the epoch it was read at does (src/auth/plain-callers.ts)
-    if (epochs.get(tokenHash) !== entity.access_epoch) epochs.set(tokenHash, entity.access_epoch);
-    const id = crypto.randomUUID();
-    const created = Math.floor(Date.now() / 1000);
-    const [, callbackToken] = await Promise.all([
-      pool.query({
-        name: 'least_whole_run',
-        text: 'with run as (insert into bench_least_work (id, entity_id, body) values ($1, $2, $3) returning id) insert into bench_least_job (run_id, due_at) select id, now() from run',
-        values: [id, entity.id, JSON.stringify({ vm: entity.name })],
-      }),
-      new SignJWT({ env: envId }).setProtectedHeader({ alg: 'HS256' }).setSubject(id).setIssuedAt(created).setExpirationTime(created + 3600).sign(callbackKey),
-    ]);
-    const sent = send(id, JSON.stringify({ vm: entity.name, runId: id, callbackToken }));
-    res.writeHead(202, { 'content-type': 'application/json', 'x-request-id': requestId }).end(JSON.stringify({ id }));
-    logRequest({ requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
-    await sent;
-  };
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on('end', async () => {
-      try {
-        await (req.url === '/whole' ? whole(req, res) : least(res));
-      } catch (error) {
-        if (!res.headersSent) res.writeHead(500).end(String(error));
-      }
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const child = await startLeastTrigger({ databaseUrl, envId, entityName, receiverUrl, logFile: join(logDir, 'least-work-trigger.log') });
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
+  await createLeastTables(pool);
   const triggerAt = async (path: string, headers: Record<string, string>): Promise<string> => {
-    const res = await fetch(`${url}${path}`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json', ...headers } });
+    const res = await fetch(`${child.url}${path}`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json', ...headers } });
     if (res.status !== 202) throw new Error(`least-work trigger: ${res.status} ${await res.text()}`);
     return ((await res.json()) as { id: string }).id;
   };
@@ -260,14 +211,12 @@ async function leastWork(databaseUrl: string, envId: string, entityName: string,
     trigger: () => triggerAt('/', {}),
     triggerWhole: () => triggerAt('/whole', { authorization: `Bearer ${token}` }),
     record: async (): Promise<void> => {
-      await pool.query({ name: 'least_record', text: 'insert into bench_least_work (id, entity_id, body) values ($1, $1, $2)', values: [crypto.randomUUID(), '{"outcome":"delivered"}'] });
+      await pool.query({ name: 'least_record', text: `insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $1, $2)`, values: [crypto.randomUUID(), '{"outcome":"delivered"}'] });
     },
     close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-      await pool.query('drop table if exists bench_least_work, bench_least_job');
+      await child.stop();
+      await dropLeastTables(pool);
       await pool.end();
-      closeSync(logFd);
       await rm(logDir, { recursive: true, force: true });
     },
   };
@@ -403,7 +352,7 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
         b.p50,
         'ms',
         3,
-        `not a target: a bare node:http server in the bench reading the entity, inserting a run (committed), answering 202, then fetching the receiver; p99 ${w.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / w.p50).toFixed(2)}×`,
+        `not a target: a bare node:http server in a child process reading the entity, inserting a run (committed), answering 202, then fetching the receiver; p99 ${w.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / w.p50).toFixed(2)}×`,
       ),
       atMost(
         '  least work kept whole: trigger → delivery p50',

@@ -197,6 +197,16 @@ export async function startLeastWork(databaseUrl: string, logFile: string, guara
   return startBareChild(guarantees ? `least-work-get-${guarantees.replaceAll(',', '-')}` : 'least-work-get', env, '/healthz', logFile);
 }
 
+/**
+ * The trigger's least work (bench/http/least-trigger.ts) as a child process
+ * on the database at `databaseUrl`: it reads `entityName` of `envId` and
+ * sends its webhooks to `receiverUrl`.
+ */
+export async function startLeastTrigger(options: { databaseUrl: string; envId: string; entityName: string; receiverUrl: string; logFile: string }): Promise<Child> {
+  const env = { DATABASE_URL: options.databaseUrl, LEAST_ENV_ID: options.envId, LEAST_ENTITY: options.entityName, LEAST_RECEIVER_URL: options.receiverUrl };
+  return startNode({ name: 'least-work-trigger', args: ['--import', 'tsx', 'bench/http/least-trigger.ts'], env, port: await freePort(), logFile: options.logFile, readyPath: '/healthz' });
+}
+
 /** bench/http/bare.ts as a child process on a free port, in the mode `env` chooses. */
 async function startBareChild(name: string, env: Record<string, string>, readyPath: string, logFile: string): Promise<Child> {
   return startNode({ name, args: ['--import', 'tsx', 'bench/http/bare.ts'], env, port: await freePort(), logFile, readyPath });

@@ -1,0 +1,118 @@
+/**
+ * The least work of an action trigger over HTTP, for the deliveries part
+ * of `npm run bench -- http` (./deliveries.ts): a bare `node:http` server
+ * doing only what a trigger must, then the same kept whole. It runs as a
+ * child process, as the app does: in the bench's own process it took its
+ * requests and sent its webhooks without a process in between, on the event
+ * loop that also ran the client and the receiver, which the app's trigger
+ * cannot (bench/README.md, "2026-11-28, fourth").
+ *
+ * Run by startLeastTrigger (./server.ts) as `node --import tsx
+ * bench/http/least-trigger.ts` with DATABASE_URL, PORT, LEAST_ENV_ID,
+ * LEAST_ENTITY (the entity's name) and LEAST_RECEIVER_URL. Ready once
+ * `GET /healthz` answers, after its two tables exist.
+ *
+ * - `POST /`: the entity read, a run inserted and committed, 202, then the
+ *   receiver fetched.
+ * - `POST /whole`: that, keeping the trigger's guarantees each in its least
+ *   form: the bearer token hashed and the access epoch read beside the
+ *   entity (the remembered caller's check), the run and its job row in one
+ *   statement (the outbox), the run's callback token signed by jose (HS256)
+ *   while that statement is out and carried in the payload, a request id,
+ *   one log line after the response; the webhook before the 202, as the app
+ *   sends it.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { pathToFileURL } from 'node:url';
+import { SignJWT } from 'jose';
+import pg from 'pg';
+import { requestLog } from './request-log';
+
+/** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
+const APP_POOL_SIZE = 10;
+
+/** What both write: the runs (and, from the bench's loop, one outcome row per delivery), and the least work's jobs. */
+export const LEAST_RUNS_TABLE = 'bench_least_work';
+const LEAST_JOBS_TABLE = 'bench_least_job';
+
+/** The two tables the least work writes, and the bench's write-per-delivery loop too; dropped by dropLeastTables. */
+export async function createLeastTables(pool: pg.Pool | pg.Client): Promise<void> {
+  await pool.query(`create table if not exists ${LEAST_RUNS_TABLE} (id uuid primary key, entity_id uuid not null, body jsonb not null, created_at timestamptz not null default now())`);
+  await pool.query(`create table if not exists ${LEAST_JOBS_TABLE} (run_id uuid primary key, due_at timestamptz not null)`);
+}
+
+export async function dropLeastTables(pool: pg.Pool | pg.Client): Promise<void> {
+  await pool.query(`drop table if exists ${LEAST_RUNS_TABLE}, ${LEAST_JOBS_TABLE}`);
+}
+
+async function serve(): Promise<void> {
+  const envId = process.env.LEAST_ENV_ID;
+  const entityName = process.env.LEAST_ENTITY;
+  const receiverUrl = process.env.LEAST_RECEIVER_URL;
+  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: APP_POOL_SIZE });
+  pool.on('error', () => {});
+  await createLeastTables(pool);
+  const callbackKey = randomBytes(32);
+  const epochs = new Map<string, string>();
+  // the log lines go to stdout, which the bench sends to a file, as the app's go to its log file
+  const logRequest = requestLog((text) => process.stdout.write(text));
+  const send = async (id: string, body: string) => {
+    const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
+    await sent.arrayBuffer();
+  };
+  const least = async (res: ServerResponse) => {
+    const { rows: [entity] } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
+    const id = crypto.randomUUID();
+    const body = JSON.stringify({ vm: entity.name, runId: id });
+    await pool.query({ name: 'least_run', text: `insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $2, $3)`, values: [id, entity.id, body] });
+    res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
+    await send(id, body);
+  };
+  const whole = async (req: IncomingMessage, res: ServerResponse) => {
+    const started = Date.now();
+    const requestId = crypto.randomUUID();
+    const tokenHash = createHash('sha256').update((req.headers.authorization ?? '').replace(/^Bearer /, '')).digest('hex');
+    const { rows: [entity] } = await pool.query({
+      name: 'least_whole_entity',
+      text: 'select e.*, (select value::text from access_epoch where id = 1) as access_epoch from entities e where env_id = $1 and name = $2',
+      values: [envId, entityName],
+    });
+    // the remembered caller's answer stands while the epoch it was read at does (src/auth/plain-callers.ts)
+    if (epochs.get(tokenHash) !== entity.access_epoch) epochs.set(tokenHash, entity.access_epoch);
+    const id = crypto.randomUUID();
+    const created = Math.floor(Date.now() / 1000);
+    const [, callbackToken] = await Promise.all([
+      pool.query({
+        name: 'least_whole_run',
+        text: `with run as (insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $2, $3) returning id) insert into ${LEAST_JOBS_TABLE} (run_id, due_at) select id, now() from run`,
+        values: [id, entity.id, JSON.stringify({ vm: entity.name })],
+      }),
+      new SignJWT({ env: envId }).setProtectedHeader({ alg: 'HS256' }).setSubject(id).setIssuedAt(created).setExpirationTime(created + 3600).sign(callbackKey),
+    ]);
+    const sent = send(id, JSON.stringify({ vm: entity.name, runId: id, callbackToken }));
+    res.writeHead(202, { 'content-type': 'application/json', 'x-request-id': requestId }).end(JSON.stringify({ id }));
+    logRequest({ requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
+    await sent;
+  };
+  const server = createServer((req, res) => {
+    if (req.method === 'GET') return void res.writeHead(req.url === '/healthz' ? 200 : 404).end();
+    req.resume();
+    req.on('end', async () => {
+      try {
+        await (req.url === '/whole' ? whole(req, res) : least(res));
+      } catch (error) {
+        console.error(error);
+        if (!res.headersSent) res.writeHead(500).end(String(error));
+      }
+    });
+  });
+  server.listen(Number(process.env.PORT), '127.0.0.1');
+  process.once('SIGTERM', () => {
+    server.closeAllConnections();
+    server.close(() => void pool.end().then(() => process.exit(0)));
+  });
+}
+
+// the bench imports the tables' helpers from here; only the child process serves
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) await serve();

@@ -4,7 +4,7 @@
 // they resolve as they always do (PGlite finds its wasm beside itself).
 // Names are not kept: tsx's on-the-fly transpiling keeps them by wrapping
 // every named function in __name(), a call per closure made per request
-// (bench/README.md, "2026-11-26, fourth"). The bundle sits two directories
+// (bench/http-results.md, "2026-11-26, fourth"). The bundle sits two directories
 // below the root, as src/node/ does, so paths taken from import.meta.url
 // (the migrations folder) resolve to the same place.
 //
@@ -27,14 +27,14 @@ const root = fileURLToPath(new URL('..', import.meta.url));
  * doing so afterwards. Each request's short-lived objects then land in the
  * old generation: scavenges took 3-5 ms instead of about 1, every one moved
  * 1.3 MB more into old space, and a GET cost 10-20 % more CPU for the rest of
- * the process's life (bench/README.md, "2026-11-27, sixth"; docs/decisions.md,
+ * the process's life (bench/http-results.md, "2026-11-27, sixth"; docs/decisions.md,
  * "The Node host's V8 flags").
  *
  * `--no-parallel-scavenge`: each scavenge of the young generation runs on the
  * main thread alone. In parallel, its helper threads compete for the same
  * cores as the requests, Postgres and the clients; on this project's 2-core
  * machines a GET spent 4-13 % less CPU without them, and the median scavenge
- * took 1.0 ms instead of 1.8 (bench/README.md, "2026-11-28, later").
+ * took 1.0 ms instead of 1.8 (bench/http-results.md, "2026-11-28, later").
  */
 export const SERVER_ARGS = ['--enable-source-maps', '--no-allocation-site-pretenuring', '--no-parallel-scavenge', 'build/node/server.mjs'];
 

@@ -5,7 +5,7 @@
  * child process, as the app does: in the bench's own process it took its
  * requests and sent its webhooks without a process in between, on the event
  * loop that also ran the client and the receiver, which the app's trigger
- * cannot (bench/README.md, "2026-11-28, fourth").
+ * cannot (bench/http-results.md, "2026-11-28, fourth").
  *
  * Run by startLeastTrigger (./server.ts) as `node --import tsx
  * bench/http/least-trigger.ts` with DATABASE_URL, PORT, LEAST_ENV_ID,

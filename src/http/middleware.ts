@@ -153,7 +153,7 @@ export const requestContext =
  * gives each such literal accessor pairs of its own (its getters are new
  * closures every time), allocated in the old generation and pointing at the
  * request's state, so every request's objects outlived the young generation
- * and were promoted, to be collected only by full collections (bench/README.md,
+ * and were promoted, to be collected only by full collections (bench/http-results.md,
  * "2026-11-27"). Its getters live on the prototype: spreading it (`{ ...ctx }`)
  * would drop `db` and `caller`.
  */

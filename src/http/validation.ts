@@ -36,7 +36,7 @@ type RouteConfig = Parameters<OpenApi<Env>>[0];
  * @hono/zod-validator: an async middleware per part, each reading the
  * Content-Type header, parsing with `safeParseAsync` and awaiting the hook,
  * four promises for a path's few strings. A GET spent 7 µs of CPU there
- * (bench/README.md, "2026-11-28, third"). Here the path and query are parsed
+ * (bench/http-results.md, "2026-11-28, third"). Here the path and query are parsed
  * with `safeParse` and handed to the route as validated data, so
  * `c.req.valid('param')` and `c.req.valid('query')` read them as before, at
  * the same point of the route: after its own middleware. Their schemas must be

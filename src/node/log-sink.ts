@@ -15,7 +15,7 @@ export const LOG_HOLD_LINES = 256;
  * either way; held for up to LOG_HOLD_MS (or LOG_HOLD_LINES lines), a busy
  * server's lines share one write each, tens of requests' worth, where one
  * write per turn of the event loop took one for every few requests
- * (bench/README.md, "2026-11-28, third"). Warnings and errors go to stderr at
+ * (bench/http-results.md, "2026-11-28, third"). Warnings and errors go to stderr at
  * once, after whatever info lines came before them, so nothing is reordered
  * and the line that explains a crash is out before it. Lines still held when
  * the process exits are written then (process 'exit' runs on an uncaught

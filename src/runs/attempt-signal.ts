@@ -4,7 +4,7 @@
  * the host stops. `release` lets go of both once the request is answered.
  *
  * Not AbortSignal.any([AbortSignal.timeout(ms), stop]): on Node 20 that pair
- * costs about 40 µs of CPU per request against 5 for this (bench/README.md,
+ * costs about 40 µs of CPU per request against 5 for this (bench/http-results.md,
  * "2026-11-27, third"), and outlives the answer: the timer runs for the whole
  * timeout, and the combined signal stays among `stop`'s dependants until a
  * collection finds it, for every attempt made meanwhile.

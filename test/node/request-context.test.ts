@@ -14,7 +14,7 @@ import { createTestApi, type TestApi } from '../support/node-app';
  * accessor (an object literal's `get db()`) is an accessor pair V8 makes in
  * its old generation, pointing at the request's closures: every request's
  * objects then outlived the young generation (15 % of what a GET allocated
- * was promoted; bench/README.md, "2026-11-27").
+ * was promoted; bench/http-results.md, "2026-11-27").
  */
 describe('request context', () => {
   let api: TestApi;

@@ -102,7 +102,7 @@ const jsonString = (column: unknown) => sql`coalesce(to_json(${column})::text, '
  * object, and JSON.stringify of it all. As one column written by Postgres,
  * which the response carries unchanged, the server's CPU per GET fell by a
  * tenth at 10 clients and a fifth at one, and Postgres's grew by about a
- * third of what the server saved (bench/README.md, "2026-11-27, later"). A
+ * third of what the server saved (bench/http-results.md, "2026-11-27, later"). A
  * list page is not written this way: per row, Postgres writing the JSON
  * (about 6 µs) costs what the Node process saves, and would only move the
  * work to the one part that does not scale out.

@@ -44,9 +44,7 @@ import pg from 'pg';
 import { z } from 'zod';
 import { bearerCredential } from '../../src/auth/caller';
 import { requestLog } from './request-log';
-
-/** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
-const APP_POOL_SIZE = 10;
+import { APP_POOL_SIZE } from './target';
 
 /** The app's read by name (src/modules/entities/fast-paths.ts) without the token and tenancy it folds in. */
 const ENTITY_BY_NAME = 'select * from entities where env_id = $1 and name = $2';

@@ -41,7 +41,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
-import { createLeastTables, dropLeastTables, LEAST_RUNS_TABLE } from './least-trigger';
+import { dropLeastTables, LEAST_RUNS_TABLE } from './least-trigger';
 import { startLeastTrigger } from './server';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
@@ -200,8 +200,8 @@ async function inParallel(count: number, concurrency: number, work: () => Promis
 async function leastWork(databaseUrl: string, envId: string, entityName: string, receiverUrl: string, token: string) {
   const logDir = await mkdtemp(join(tmpdir(), 'cellplane-least-work-'));
   const child = await startLeastTrigger({ databaseUrl, envId, entityName, receiverUrl, logFile: join(logDir, 'least-work-trigger.log') });
+  // the child is ready once its tables exist: the loop's inserts need nothing more
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
-  await createLeastTables(pool);
   const triggerAt = async (path: string, headers: Record<string, string>): Promise<string> => {
     const res = await fetch(`${child.url}${path}`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json', ...headers } });
     if (res.status !== 202) throw new Error(`least-work trigger: ${res.status} ${await res.text()}`);

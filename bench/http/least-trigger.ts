@@ -28,16 +28,14 @@ import { pathToFileURL } from 'node:url';
 import { SignJWT } from 'jose';
 import pg from 'pg';
 import { requestLog } from './request-log';
-
-/** openPostgres's pool size (src/node/database.ts), which `npm start` uses. */
-const APP_POOL_SIZE = 10;
+import { APP_POOL_SIZE } from './target';
 
 /** What both write: the runs (and, from the bench's loop, one outcome row per delivery), and the least work's jobs. */
 export const LEAST_RUNS_TABLE = 'bench_least_work';
 const LEAST_JOBS_TABLE = 'bench_least_job';
 
-/** The two tables the least work writes, and the bench's write-per-delivery loop too; dropped by dropLeastTables. */
-export async function createLeastTables(pool: pg.Pool | pg.Client): Promise<void> {
+/** The two tables the least work writes (the bench's write-per-delivery loop writes the first too, once the child is ready); dropped by dropLeastTables. */
+async function createLeastTables(pool: pg.Pool | pg.Client): Promise<void> {
   await pool.query(`create table if not exists ${LEAST_RUNS_TABLE} (id uuid primary key, entity_id uuid not null, body jsonb not null, created_at timestamptz not null default now())`);
   await pool.query(`create table if not exists ${LEAST_JOBS_TABLE} (run_id uuid primary key, due_at timestamptz not null)`);
 }

@@ -36,6 +36,9 @@ export interface Row {
   note?: string;
 }
 
+/** openPostgres's pool size (src/node/database.ts), which `npm start` uses: the bench's own servers use it too. */
+export const APP_POOL_SIZE = 10;
+
 /** The target column of a row that only informs (a floor's own cost, say): printed with no PASS or MISS. */
 export const NOT_A_TARGET = '–';
 

@@ -1,6 +1,6 @@
 import { reapTimedOutRuns } from '../runs/completion';
 import { pruneChanges } from '../stream/feed';
-import { abandon, claimDueJobs, runDeliveryAttempt, type LeasedJob } from '../runs/delivery';
+import { abandon, claimDueJobs, handBackLeases, runDeliveryAttempt, type DeliveryJob, type LeasedJob } from '../runs/delivery';
 import type { DeliverySlot } from '../platform';
 import type { RunEngine } from '../runs/engine';
 import { GroupCommit } from '../runs/group-commit';
@@ -13,9 +13,30 @@ export interface JobRunnerOptions {
   reapIntervalMs: number;
   /** Attempts in flight at once. */
   concurrency: number;
+  /**
+   * Jobs leased beyond the free slots while the slots turn over: a slot that
+   * frees starts the next of them at once, with no claim's round trip
+   * between one attempt and the next. 0 claims only for free slots.
+   */
+  claimAhead: number;
+  /**
+   * How long a job leased ahead may wait for a slot. Past it the lease is
+   * handed back unused: the run it read is that old, and another worker may
+   * be free. Never more than half the lease's margin over an attempt
+   * (leaseMs − attemptTimeoutMs), so an attempt started from ahead ends
+   * within its lease as one claimed for a free slot does.
+   */
+  aheadMaxWaitMs: number;
 }
 
-export const DEFAULT_JOB_RUNNER_OPTIONS: JobRunnerOptions = { pollIntervalMs: 1000, reapIntervalMs: 30_000, concurrency: 8 };
+export const DEFAULT_JOB_RUNNER_OPTIONS: JobRunnerOptions = { pollIntervalMs: 1000, reapIntervalMs: 30_000, concurrency: 8, claimAhead: 8, aheadMaxWaitMs: 250 };
+
+/** A job leased ahead of a free slot, with when: by the engine's clock (which the lease is reckoned in) and by this process's. */
+interface AheadJob {
+  leased: LeasedJob;
+  leasedAt: number;
+  heldSince: number;
+}
 
 /**
  * The Node host's delivery worker (QUEUE_DRIVER=pg): due jobs are taken from
@@ -24,6 +45,19 @@ export const DEFAULT_JOB_RUNNER_OPTIONS: JobRunnerOptions = { pollIntervalMs: 10
  * jobs are taken up when its leases run out. A trigger wakes the runner at
  * once (`nudge`); the poll catches everything else: retries coming due, jobs
  * of another process, jobs left by a crash. The reaper runs on its own timer.
+ *
+ * While the slots turn over (one has just freed, and a backlog is due), a
+ * claim also leases up to `claimAhead` jobs beyond the free slots: each
+ * slot that frees starts the next of them at once, and the claim that
+ * refills them goes out while the slots are busy, once half are taken. A
+ * job waits there at most `aheadMaxWaitMs`; past that, or when the runner
+ * stops, its lease is handed back unused (src/runs/delivery.ts,
+ * handBackLeases). A job waiting ahead is held as one in flight is: a
+ * cancel of its run is refused (409 run_not_cancellable). Its attempt sends
+ * the run as the claim read it, at most that long before: a run ended
+ * meanwhile by its timeout or an entity move still gets the request, as one
+ * whose attempt was out then does, and the outcome is not recorded against
+ * it (every outcome's write is guarded).
  */
 export class JobRunner {
   readonly #engine: RunEngine;
@@ -35,6 +69,13 @@ export class JobRunner {
   /** Outcomes written so far: drain() tells by it whether one was written while its claim was out. */
   #recorded = 0;
   readonly #timers = new Set<ReturnType<typeof setTimeout>>();
+  /** Jobs leased ahead of a free slot, oldest first. */
+  readonly #ahead: AheadJob[] = [];
+  /** Hands back the jobs ahead that waited too long, while any waits. */
+  #aheadTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Whether a slot freed since the last claim went out: the slots are turning over, so jobs are claimed ahead. */
+  #slotFreed = false;
+  readonly #aheadMaxWaitMs: number;
   #pollTimer: ReturnType<typeof setInterval> | undefined;
   #reapTimer: ReturnType<typeof setInterval> | undefined;
   #polling: Promise<void> | undefined;
@@ -62,6 +103,7 @@ export class JobRunner {
   constructor(engine: RunEngine, options: Partial<JobRunnerOptions> = {}) {
     this.#engine = engine;
     this.#options = { ...DEFAULT_JOB_RUNNER_OPTIONS, ...options };
+    this.#aheadMaxWaitMs = Math.min(this.#options.aheadMaxWaitMs, (engine.leaseMs - engine.attemptTimeoutMs) / 2);
     const { db, namedStatements } = engine;
     this.#delivered = new GroupCommit({
       writeGroup: async (group) => {
@@ -97,7 +139,7 @@ export class JobRunner {
    * runner is stopped or every slot is taken.
    */
   reserve(): DeliverySlot | undefined {
-    if (!this.#running || this.#inFlight.size + this.#reserved >= this.#options.concurrency) return undefined;
+    if (!this.#running || this.#free() <= 0) return undefined;
     this.#reserved++;
     let open = true;
     /** Ends the reservation once; false when it had ended already. */
@@ -147,9 +189,9 @@ export class JobRunner {
   async drain(): Promise<void> {
     for (;;) {
       const recordedBefore = this.#recorded;
-      const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
-      const jobs = free > 0 ? await claimDueJobs(this.#engine, free) : [];
-      for (const job of jobs) this.#track(job);
+      this.#startAhead();
+      const free = this.#free();
+      this.#take(free > 0 ? await claimDueJobs(this.#engine, free) : []);
       if (this.#inFlight.size === 0 && this.#recording.size === 0) {
         // nothing left, unless an outcome was written while the claim was out: a retry it scheduled,
         // committed after the claim's snapshot, was not seen by it (the running host is woken by #wakeAt)
@@ -176,6 +218,10 @@ export class JobRunner {
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     await this.#polling;
+    clearTimeout(this.#aheadTimer);
+    this.#aheadTimer = undefined;
+    // the jobs leased ahead are not started: whichever worker polls next takes them
+    await this.#handBack(this.#ahead.splice(0).map((ahead) => ahead.leased.job));
     const settled = Promise.all([...this.#inFlight, ...this.#recording]).then(() => true);
     if (!Number.isFinite(graceMs)) {
       await settled;
@@ -211,20 +257,29 @@ export class JobRunner {
     return polling;
   }
 
-  /** Claims due jobs into the free slots until none is free or nothing more is due. */
+  /**
+   * Claims due jobs into the free slots until none is free or nothing more
+   * is due; while the slots turn over, also the jobs ahead of them, once
+   * half of those are taken.
+   */
   async #claimWhileFree(): Promise<void> {
     try {
       do {
         this.#pollAgain = false;
-        const free = this.#options.concurrency - this.#inFlight.size - this.#reserved;
+        this.#startAhead();
+        const free = this.#free();
+        const { claimAhead } = this.#options;
+        const turningOver = free > 0 || this.#slotFreed;
+        const room = turningOver && this.#ahead.length <= claimAhead / 2 ? claimAhead - this.#ahead.length : 0;
         // #mayBeDue stays set: a slot freeing up claims then (#track)
-        if (free <= 0) return;
+        if (free + room <= 0) return;
         // a nudge while the claim is out sets it again
         this.#mayBeDue = false;
-        const jobs = await claimDueJobs(this.#engine, free);
-        for (const job of jobs) this.#track(job);
+        this.#slotFreed = false;
+        const jobs = await claimDueJobs(this.#engine, free + room);
+        this.#take(jobs);
         if (jobs.length > 0) this.#mayBeDue = true;
-        if (jobs.length === free) this.#pollAgain = true;
+        if (jobs.length === free + room) this.#pollAgain = true;
       } while (this.#pollAgain && this.#running);
     } catch (error) {
       this.#engine.logger.error('delivery poll failed', { error });
@@ -258,10 +313,68 @@ export class JobRunner {
     this.#recording.add(recorded);
     const tracked = Promise.race([sent, attempt]).finally(() => {
       this.#inFlight.delete(tracked);
-      // a slot is free: it takes a job that may be waiting
-      if (this.#mayBeDue && this.#running) void this.#poll();
+      if (!this.#running) return;
+      // a slot is free: it takes the next job leased ahead, or one that may be waiting
+      this.#slotFreed = true;
+      this.#startAhead();
+      if (this.#mayBeDue) void this.#poll();
     });
     this.#inFlight.add(tracked);
+  }
+
+  /** Slots neither in flight nor reserved. */
+  #free(): number {
+    return this.#options.concurrency - this.#inFlight.size - this.#reserved;
+  }
+
+  /** A claim's jobs: into the slots free now (a trigger may have reserved one while the claim was out), the rest ahead. */
+  #take(jobs: readonly LeasedJob[]): void {
+    let free = this.#free();
+    const leasedAt = this.#engine.clock.now().getTime();
+    const heldSince = performance.now();
+    for (const leased of jobs) {
+      if (free-- > 0) this.#track(leased);
+      else this.#ahead.push({ leased, leasedAt, heldSince });
+    }
+    if (this.#ahead.length > 0) this.#watchAhead();
+  }
+
+  /** The jobs ahead into the free slots, oldest first; one that waited too long is handed back instead. */
+  #startAhead(): void {
+    const stale: DeliveryJob[] = [];
+    while (this.#ahead.length > 0 && this.#free() > 0) {
+      const next = this.#ahead.shift()!;
+      if (this.#waitedTooLong(next)) stale.push(next.leased.job);
+      else this.#track(next.leased);
+    }
+    if (stale.length > 0) void this.#handBack(stale).then(() => this.nudge());
+  }
+
+  #waitedTooLong(ahead: AheadJob): boolean {
+    return this.#engine.clock.now().getTime() - ahead.leasedAt > this.#aheadMaxWaitMs || performance.now() - ahead.heldSince > this.#aheadMaxWaitMs;
+  }
+
+  /** While jobs wait ahead, a timer hands back those that waited too long (every slot stayed busy), as the oldest comes due. */
+  #watchAhead(): void {
+    if (this.#aheadTimer !== undefined || this.#ahead.length === 0) return;
+    const dueIn = this.#aheadMaxWaitMs - (performance.now() - this.#ahead[0]!.heldSince);
+    this.#aheadTimer = setTimeout(() => {
+      this.#aheadTimer = undefined;
+      const stale: DeliveryJob[] = [];
+      while (this.#ahead.length > 0 && this.#waitedTooLong(this.#ahead[0]!)) stale.push(this.#ahead.shift()!.leased.job);
+      if (stale.length > 0) void this.#handBack(stale).then(() => this.nudge());
+      this.#watchAhead();
+    }, Math.max(0, dueIn) + 1);
+    this.#aheadTimer.unref?.();
+  }
+
+  /** Leases handed back unused; a failure is logged, and the leases run out as a dead worker's do. */
+  async #handBack(jobs: DeliveryJob[]): Promise<void> {
+    try {
+      await handBackLeases(this.#engine.db, jobs);
+    } catch (error) {
+      this.#engine.logger.error('could not hand leases back; they run out instead', { count: jobs.length, error });
+    }
   }
 
   #wakeAt(runAt: Date): void {

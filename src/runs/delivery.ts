@@ -25,8 +25,9 @@ import { attemptLogged, DELIVERY_PREFIX, failDeliveryAttempt, startRun, type Att
  *
  * A delivered attempt is two round trips to the database: its claim and
  * its outcome. The Node job runner shares both: one claim leases a job for
- * each slot free, and the delivered attempts answered while another's outcome
- * is being written are written together after it (`recordDelivered`).
+ * each slot free, and while the slots turn over, jobs ahead of them
+ * (src/node/job-runner.ts); the delivered attempts answered while another's
+ * outcome is being written are written together after it (`recordDelivered`).
  *
  * Nothing is written between taking the job and recording the outcome, and
  * no transaction is open during the HTTP call. A process that dies in
@@ -230,6 +231,24 @@ export async function runDeliveryAttempt(engine: RunEngine, leased: LeasedJob, o
 }
 
 /**
+ * Hands leases back unused: each job is held by nobody again, unless its
+ * lease is no longer the one this worker took (it ran out and another worker
+ * leased the job, or the job moved on), in one statement. Nothing else of the
+ * job changes, so whichever worker claims it next makes the same attempt.
+ */
+export async function handBackLeases(db: Db, jobs: readonly DeliveryJob[]): Promise<void> {
+  if (jobs.length === 0) return;
+  const stillOurs = jobs.map((job) =>
+    and(
+      eq(deliveryJobs.runId, job.runId),
+      eq(deliveryJobs.attempt, job.attempt),
+      job.leaseUntil ? eq(deliveryJobs.leaseUntil, job.leaseUntil) : isNull(deliveryJobs.leaseUntil),
+    ),
+  );
+  await db.update(deliveryJobs).set({ leaseUntil: null }).where(or(...stillOurs));
+}
+
+/**
  * An attempt aborted by a stopping host: no attempt row, the job unchanged
  * but for its lease, which is handed back (when it is still this worker's)
  * so that the next worker need not wait for it to run out. The same attempt
@@ -237,16 +256,7 @@ export async function runDeliveryAttempt(engine: RunEngine, leased: LeasedJob, o
  * aborted request (at least once).
  */
 export async function abandon(engine: RunEngine, job: DeliveryJob): Promise<AttemptResult> {
-  await engine.db
-    .update(deliveryJobs)
-    .set({ leaseUntil: null })
-    .where(
-      and(
-        eq(deliveryJobs.runId, job.runId),
-        eq(deliveryJobs.attempt, job.attempt),
-        job.leaseUntil ? eq(deliveryJobs.leaseUntil, job.leaseUntil) : isNull(deliveryJobs.leaseUntil),
-      ),
-    );
+  await handBackLeases(engine.db, [job]);
   engine.logger.info('delivery attempt abandoned: the host is stopping; it is made again later', { runId: job.runId, attempt: job.attempt });
   return { kind: 'abandoned' };
 }

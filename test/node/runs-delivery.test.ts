@@ -1,5 +1,5 @@
 import { createHmac } from 'node:crypto';
-import { eq, isNull } from 'drizzle-orm';
+import { eq, isNull, sql } from 'drizzle-orm';
 import { decodeJwt, jwtVerify } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { actionRuns, deliveryJobs } from '../../src/db/schema';
@@ -241,6 +241,22 @@ describe('outbound delivery', () => {
         [200, 'delivered'],
       ]);
       expect(running.attempts[0].error).toMatch(/^network error \(.+\)$/);
+    });
+
+    it('a stored trigger without `retry` (written by hand) is retried by the default policy, not left to throw at every lease', async () => {
+      const receiver = await h.receiver({ status: 503 }, { status: 200 });
+      const run = await h.trigger(await h.action({ url: `${receiver.url}/hook` }));
+      await h.api.db.execute(sql`update action_runs set trigger = trigger - 'retry' where id = ${run.id}`);
+      const logged = h.api.logs.length;
+      await h.api.jobs.drain();
+      expect(receiver.requests).toHaveLength(1);
+      // DEFAULT_RETRY: the second of 3 attempts after up to 1 s (the harness's jitter is its maximum)
+      const [job] = await h.api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, run.id));
+      expect(job).toMatchObject({ attempt: 2, leaseUntil: null });
+      expect(job!.runAt.getTime() - Date.now()).toBeGreaterThan(0);
+      expect(job!.runAt.getTime() - Date.now()).toBeLessThanOrEqual(1000);
+      expect(statusesAndOutcomes(await h.run(run.id))).toEqual([[503, 'retry']]);
+      expect(h.api.logs.slice(logged).filter((line) => line.includes('"level":"error"'))).toEqual([]);
     });
 
     it('maxAttempts 1 means exactly one request', async () => {

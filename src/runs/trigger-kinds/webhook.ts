@@ -4,7 +4,7 @@ import { attemptSignal } from '../attempt-signal';
 import { interpolate, interpolateText, InterpolationError, referencedSecrets, type InterpolationContext } from '../interpolation';
 import { checkOutboundUrl } from '../outbound-guard';
 import { buildOutboundRequest, WebhookAuth, type OutboundRequest } from '../outbound-request';
-import { isRetryable, parseRetryAfter, type AttemptOutcome } from '../retry';
+import { DEFAULT_RETRY, isRetryable, parseRetryAfter, type AttemptOutcome } from '../retry';
 import { Undeliverable, type Attempt, type Sent, type TriggerKind, type TriggerTime, type Verdict } from '../trigger-kind';
 import { HeaderName, REDACTED, redactCredential, SecretReference, TemplateString } from '../trigger-fields';
 
@@ -19,13 +19,11 @@ import { HeaderName, REDACTED, redactCredential, SecretReference, TemplateString
 
 export const RetryPolicy = z
   .strictObject({
-    maxAttempts: z.number().int().min(1).max(20).default(3).openapi({ description: 'Every attempt, the first included' }),
-    backoff: z.enum(['exponential', 'fixed']).default('exponential'),
-    initialDelayMs: z.number().int().min(0).max(3_600_000).default(1000),
+    maxAttempts: z.number().int().min(1).max(20).default(DEFAULT_RETRY.maxAttempts).openapi({ description: 'Every attempt, the first included' }),
+    backoff: z.enum(['exponential', 'fixed']).default(DEFAULT_RETRY.backoff),
+    initialDelayMs: z.number().int().min(0).max(3_600_000).default(DEFAULT_RETRY.initialDelayMs),
   })
   .openapi('ActionRetryPolicy');
-
-const DEFAULT_RETRY = { maxAttempts: 3, backoff: 'exponential', initialDelayMs: 1000 } as const;
 
 /**
  * The webhook URL, as written (templates unresolved): an absolute http(s) URL
@@ -277,5 +275,7 @@ export const webhookTriggerKind: TriggerKind<WebhookTrigger, WebhookSent> = {
   prepare,
   send,
   classify,
-  retryPolicy: (trigger) => trigger.retry,
+  // the schema fills `retry` in on every trigger the API takes; a stored one without it (or with part
+  // of it, written by hand) gets the defaults for what it lacks, not an attempt that throws at each lease
+  retryPolicy: (trigger) => ({ ...DEFAULT_RETRY, ...trigger.retry }),
 };

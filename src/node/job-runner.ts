@@ -31,10 +31,9 @@ export interface JobRunnerOptions {
 
 export const DEFAULT_JOB_RUNNER_OPTIONS: JobRunnerOptions = { pollIntervalMs: 1000, reapIntervalMs: 30_000, concurrency: 8, claimAhead: 8, aheadMaxWaitMs: 250 };
 
-/** A job leased ahead of a free slot, with when: by the engine's clock (which the lease is reckoned in) and by this process's. */
+/** A job leased ahead of a free slot, with when (performance.now()). */
 interface AheadJob {
   leased: LeasedJob;
-  leasedAt: number;
   heldSince: number;
 }
 
@@ -330,11 +329,10 @@ export class JobRunner {
   /** A claim's jobs: into the slots free now (a trigger may have reserved one while the claim was out), the rest ahead. */
   #take(jobs: readonly LeasedJob[]): void {
     let free = this.#free();
-    const leasedAt = this.#engine.clock.now().getTime();
     const heldSince = performance.now();
     for (const leased of jobs) {
       if (free-- > 0) this.#track(leased);
-      else this.#ahead.push({ leased, leasedAt, heldSince });
+      else this.#ahead.push({ leased, heldSince });
     }
     if (this.#ahead.length > 0) this.#watchAhead();
   }
@@ -351,7 +349,7 @@ export class JobRunner {
   }
 
   #waitedTooLong(ahead: AheadJob): boolean {
-    return this.#engine.clock.now().getTime() - ahead.leasedAt > this.#aheadMaxWaitMs || performance.now() - ahead.heldSince > this.#aheadMaxWaitMs;
+    return performance.now() - ahead.heldSince > this.#aheadMaxWaitMs;
   }
 
   /** While jobs wait ahead, a timer hands back those that waited too long (every slot stayed busy), as the oldest comes due. */

@@ -14,7 +14,7 @@ import { countStatements } from '../support/statement-counter';
  * next of them without a claim. Each test holds every slot with a receiver
  * that keeps its requests open, writes a backlog behind them, and frees
  * slots one at a time, so which jobs are leased when is the test's doing.
- * The runner polls only when woken (an hour apart): every claim is a slot's.
+ * The runner polls and reaps an hour apart: every claim is a slot's.
  */
 
 const SLOTS = DEFAULT_JOB_RUNNER_OPTIONS.concurrency;
@@ -47,7 +47,8 @@ interface Setup {
 async function saturated(options: { runner?: Partial<JobRunnerOptions>; env?: Record<string, string> } = {}): Promise<Setup> {
   const api = await createTestApi({
     env: { OUTBOUND_ALLOWED_HOSTS: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '100000', ...options.env },
-    runner: { pollIntervalMs: 3_600_000, ...options.runner },
+    // neither the poll nor the reaper looks within a test: every statement is a slot's or an outcome's
+    runner: { pollIntervalMs: 3_600_000, reapIntervalMs: 3_600_000, ...options.runner },
   });
   const receiver = await startReceiver({ hold: true });
   try {

@@ -345,7 +345,7 @@ export class JobRunner {
       if (this.#waitedTooLong(next)) stale.push(next.leased.job);
       else this.#track(next.leased);
     }
-    if (stale.length > 0) void this.#handBack(stale).then(() => this.nudge());
+    void this.#handBack(stale);
   }
 
   #waitedTooLong(ahead: AheadJob): boolean {
@@ -360,16 +360,22 @@ export class JobRunner {
       this.#aheadTimer = undefined;
       const stale: DeliveryJob[] = [];
       while (this.#ahead.length > 0 && this.#waitedTooLong(this.#ahead[0]!)) stale.push(this.#ahead.shift()!.leased.job);
-      if (stale.length > 0) void this.#handBack(stale).then(() => this.nudge());
+      void this.#handBack(stale);
       this.#watchAhead();
     }, Math.max(0, dueIn) + 1);
     this.#aheadTimer.unref?.();
   }
 
-  /** Leases handed back unused; a failure is logged, and the leases run out as a dead worker's do. */
+  /**
+   * Leases handed back unused, then the runner woken, as those jobs are due
+   * again (a stopped runner stays asleep); a failure is logged, and the
+   * leases run out as a dead worker's do.
+   */
   async #handBack(jobs: DeliveryJob[]): Promise<void> {
+    if (jobs.length === 0) return;
     try {
       await handBackLeases(this.#engine.db, jobs);
+      this.nudge();
     } catch (error) {
       this.#engine.logger.error('could not hand leases back; they run out instead', { count: jobs.length, error });
     }

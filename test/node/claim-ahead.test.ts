@@ -7,6 +7,7 @@ import { createTestApi, type TestApi } from '../support/node-app';
 import { startReceiver, type Receiver } from '../support/receiver';
 import { webhookAction } from '../support/run-fixtures';
 import { countStatements } from '../support/statement-counter';
+import { eventually } from '../support/eventually';
 
 /**
  * Claiming ahead (src/node/job-runner.ts): while the slots turn over, a
@@ -22,16 +23,6 @@ const AHEAD = DEFAULT_JOB_RUNNER_OPTIONS.claimAhead;
 const BACKLOG = 20;
 /** A wait ahead no step of a test outlasts, however slow the machine (the default lease caps it at 10 s): what is held ahead stays there until a slot takes it. */
 const PATIENT = 60_000;
-
-async function eventually<T>(check: () => Promise<T | undefined>, what: string, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms: ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 interface Setup {
   api: TestApi;
@@ -97,7 +88,7 @@ async function saturated(options: { runner?: Partial<JobRunnerOptions>; env?: Re
 async function drainAll(setup: Setup): Promise<void> {
   setup.receiver.script({ status: 200 });
   setup.receiver.release();
-  await eventually(async () => ((await setup.jobs()).length === 0 ? true : undefined), 'every job done');
+  await eventually(async () => ((await setup.jobs()).length === 0 ? true : undefined), { what: 'every job done' });
 }
 
 /**
@@ -113,7 +104,7 @@ async function freeOneSlot(setup: Setup): Promise<{ runId: string; leaseUntil: D
     const jobs = await setup.jobs();
     // the answered run's job is gone once its outcome is written
     return jobs.length === SLOTS + BACKLOG - 1 ? jobs : undefined;
-  }, 'the outcome written');
+  }, { what: 'the outcome written' });
 }
 
 const webhookIds = (receiver: Receiver) => receiver.requests.map((request) => String(request.headers['webhook-id']));
@@ -140,7 +131,7 @@ describe('the job runner claims ahead of its slots', () => {
     const counts = await countStatements(api.testDatabase.database, async () => {
       expect(receiver.release({ status: 200 }, 1)).toBe(1);
       await receiver.waitForRequests(SLOTS + 2);
-      await eventually(async () => (api.logs.filter((line) => line.includes('"delivery attempt"')).length === 2 ? true : undefined), 'the second outcome logged');
+      await eventually(async () => (api.logs.filter((line) => line.includes('"delivery attempt"')).length === 2 ? true : undefined), { what: 'the second outcome logged' });
     });
     expect(counts).toEqual({ statements: 1, transactions: 0 });
     expect(webhookIds(receiver).at(-1)).toBe(ahead[0]);
@@ -167,7 +158,7 @@ describe('the job runner claims ahead of its slots', () => {
     await eventually(async () => {
       const jobs = await setup!.jobs();
       return jobs.length === SLOTS + BACKLOG - 1 && jobs.filter((job) => job.leaseUntil === null).length === BACKLOG - 1 ? true : undefined;
-    }, 'the jobs ahead handed back');
+    }, { what: 'the jobs ahead handed back' });
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect((await setup.jobs()).filter((job) => job.leaseUntil === null)).toHaveLength(BACKLOG - 1);
     expect(receiver.requests).toHaveLength(SLOTS + 1);
@@ -188,7 +179,7 @@ describe('the job runner claims ahead of its slots', () => {
     await eventually(async () => {
       const jobs = await setup!.jobs();
       return jobs.filter((job) => job.leaseUntil === null).length === BACKLOG - 1 ? true : undefined;
-    }, 'the jobs ahead handed back');
+    }, { what: 'the jobs ahead handed back' });
     expect(receiver.requests).toHaveLength(SLOTS + 1);
 
     await drainAll(setup);
@@ -213,7 +204,7 @@ describe('the job runner claims ahead of its slots', () => {
     receiver.script({ status: 200 });
     receiver.release({ drop: true });
     api.jobs.start();
-    await eventually(async () => ((await setup!.jobs()).length === 0 ? true : undefined), 'every job done');
+    await eventually(async () => ((await setup!.jobs()).length === 0 ? true : undefined), { what: 'every job done' });
     // every run arrived; only the aborted ones twice
     expect(new Set(webhookIds(receiver))).toEqual(new Set(runs));
     const aborted = webhookIds(receiver).slice(0, SLOTS + 1).filter((id) => webhookIds(receiver).indexOf(id) !== webhookIds(receiver).lastIndexOf(id));

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, usingPostgres } from '../support/node-database';
 import { freePort, startServerProcess, type ServerProcess } from '../support/node-process';
+import { eventually } from '../support/eventually';
 
 /**
  * Crash runs: `npm start` is SIGKILLed (its whole process group) in the
@@ -58,16 +59,6 @@ async function expectStatus(status: number, pending: Promise<Answer>): Promise<J
   const answer = await pending;
   expect(answer.status, JSON.stringify(answer.body)).toBe(status);
   return answer.body;
-}
-
-async function eventually<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -315,7 +306,7 @@ describe('crash runs: SIGKILL of `npm start` mid-burst, three times', () => {
       const lanes = burst(running, token, round, writes, triggers);
       // each kill lands with deliveries in flight: the receiver holds at least one unanswered
       const due = () => answered() - start >= killAfter && workflow.answering() > 0;
-      await eventually(`round ${round}: ${killAfter} answers and a delivery in flight`, () => (due() ? true : undefined), 60_000);
+      await eventually(() => (due() ? true : undefined), { what: `round ${round}: ${killAfter} answers and a delivery in flight`, timeoutMs: 60_000 });
       await running.stop('SIGKILL');
       await lanes;
       server = await startServerProcess(env, { npm: true });
@@ -328,13 +319,12 @@ describe('crash runs: SIGKILL of `npm start` mid-burst, three times', () => {
     // every accepted run delivered, its callback through, and ended
     const base = server!.url;
     const runs = await eventually(
-      'every accepted run ended',
       async () => {
         if (!accepted.every((id) => workflow.received.includes(id)) || workflow.busy() > 0) return undefined;
         const current = await Promise.all(accepted.map((id) => expectStatus(200, call(base, token, 'GET', `${ENV}/action-runs/${id}`))));
         return current.every((run) => run.status === 'succeeded' || run.status === 'failed') ? current : undefined;
       },
-      60_000,
+      { what: 'every accepted run ended', timeoutMs: 60_000 },
     ).catch(() => Promise.all(accepted.map((id) => expectStatus(200, call(base, token, 'GET', `${ENV}/action-runs/${id}`)))));
 
     const deliveries = new Map<string, number>();

@@ -11,6 +11,7 @@ import { createTestDatabase, usingPostgres } from '../support/node-database';
 import { startServerProcess, type ServerProcess } from '../support/node-process';
 import { startReceiver, type Receiver, type ReceivedRequest } from '../support/receiver';
 import { webhookAction } from '../support/run-fixtures';
+import { eventually } from '../support/eventually';
 
 /**
  * Delivery under saturation on the Node host (issue 10): more slow receivers
@@ -31,17 +32,6 @@ import { webhookAction } from '../support/run-fixtures';
 const SLOTS = DEFAULT_JOB_RUNNER_OPTIONS.concurrency;
 /** More slow runs than slots: some wait for a slot while every slot is held. */
 const SLOW_RUNS = SLOTS + 4;
-
-/** Polls until `check` returns a value: for what the running job runner does on its own schedule. */
-async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs: number, what: () => string): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms: ${what()}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 const webhookIds = (requests: ReceivedRequest[]) => requests.map((request) => String(request.headers['webhook-id']));
 
@@ -162,8 +152,7 @@ async function allReach(h: Harness, runIds: string[], status: string, timeoutMs:
       last = await h.statuses(runIds);
       return last.size === runIds.length && [...last.values()].every((s) => s === status) ? true : undefined;
     },
-    timeoutMs,
-    () => `${[...last.values()].filter((s) => s === status).length} of ${runIds.length} runs ${status}`,
+    { timeoutMs, what: () => `${[...last.values()].filter((s) => s === status).length} of ${runIds.length} runs ${status}` },
   );
 }
 
@@ -198,15 +187,13 @@ describe('delivery under saturation: the running job runner (in-process, real HT
     expect(slow.release({ status: 200 })).toBe(SLOTS);
     await eventually(
       async () => (slow.held() === SLOW_RUNS - SLOTS ? true : undefined),
-      15_000,
-      () => `${arrivedOf(slow, slowRuns)} of ${SLOW_RUNS} slow runs and ${arrivedOf(fast, burst)} of ${burst.length} burst runs sent`,
+      { timeoutMs: 15_000, what: () => `${arrivedOf(slow, slowRuns)} of ${SLOW_RUNS} slow runs and ${arrivedOf(fast, burst)} of ${burst.length} burst runs sent` },
     );
     expect(slow.release({ status: 200 })).toBe(SLOW_RUNS - SLOTS);
 
     await eventually(
       async () => (arrivedOf(fast, burst) === burst.length ? true : undefined),
-      20_000,
-      () => `${arrivedOf(fast, burst)} of ${burst.length} burst runs delivered`,
+      { timeoutMs: 20_000, what: () => `${arrivedOf(fast, burst)} of ${burst.length} burst runs delivered` },
     );
     expect(new Set(webhookIds(slow.requests))).toEqual(new Set(slowRuns));
     expect(new Set(webhookIds(fast.requests))).toEqual(new Set(burst));
@@ -245,7 +232,7 @@ describe('delivery under saturation: the running job runner (in-process, real HT
     // the job table briefly out of reach: the poll (every second) fails until it is back
     await h.api.db.execute(sql`alter table delivery_jobs rename to delivery_jobs_away`);
     try {
-      await eventually(async () => (failedPolls() > failedBefore ? true : undefined), 10_000, () => 'no failed poll logged');
+      await eventually(async () => (failedPolls() > failedBefore ? true : undefined), { what: 'no failed poll logged' });
     } finally {
       await h.api.db.execute(sql`alter table delivery_jobs_away rename to delivery_jobs`);
     }
@@ -373,15 +360,13 @@ describe('delivery under saturation: the server process (npm start, default runn
     expect(slow.release({ status: 200 })).toBe(SLOTS);
     await eventually(
       async () => (slow.held() === SLOW_RUNS - SLOTS ? true : undefined),
-      20_000,
-      () => `${arrivedOf(slow, slowRuns)} of ${SLOW_RUNS} slow runs and ${arrivedOf(fast, burst)} of ${burst.length} burst runs sent`,
+      { timeoutMs: 20_000, what: () => `${arrivedOf(slow, slowRuns)} of ${SLOW_RUNS} slow runs and ${arrivedOf(fast, burst)} of ${burst.length} burst runs sent` },
     );
     expect(slow.release({ status: 200 })).toBe(SLOW_RUNS - SLOTS);
 
     await eventually(
       async () => (arrivedOf(fast, burst) === burst.length ? true : undefined),
-      40_000,
-      () => `${arrivedOf(fast, burst)} of ${burst.length} burst runs delivered`,
+      { timeoutMs: 40_000, what: () => `${arrivedOf(fast, burst)} of ${burst.length} burst runs delivered` },
     );
     expect(new Set(webhookIds(slow.requests))).toEqual(new Set(slowRuns));
     expect(new Set(webhookIds(fast.requests))).toEqual(new Set(burst));
@@ -391,8 +376,7 @@ describe('delivery under saturation: the server process (npm start, default runn
         last = await statuses([...slowRuns, ...burst]);
         return last.every((status) => status === 'running') ? true : undefined;
       },
-      20_000,
-      () => `${last.filter((status) => status === 'running').length} of ${last.length} runs running`,
+      { timeoutMs: 20_000, what: () => `${last.filter((status) => status === 'running').length} of ${last.length} runs running` },
     );
   });
 });

@@ -11,6 +11,7 @@ import type { LookupAddress } from 'node:dns';
 import { guardedFetch } from '../../src/node/outbound-fetch';
 import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
 import { countStatements } from '../support/statement-counter';
+import { eventually } from '../support/eventually';
 
 /**
  * Outbound delivery of webhook triggers (SPEC "Outbound webhook trigger";
@@ -105,17 +106,6 @@ const statusesAndOutcomes = (run: { attempts: { httpStatus: number | null; outco
   run.attempts.map((attempt) => [attempt.httpStatus, attempt.outcome]);
 
 const webhookIds = (requests: ReceivedRequest[]) => requests.map((request) => request.headers['webhook-id']);
-
-/** Polls until `check` returns a value: for what the running job runner does on its own schedule. */
-async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`condition not reached within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 describe('outbound delivery', () => {
   let h: Harness;

@@ -7,6 +7,7 @@ import { DEFAULT_JOB_RUNNER_OPTIONS } from '../../src/node/job-runner';
 import { createTestDatabase, usingPostgres } from '../support/node-database';
 import { freePort, startServerProcess } from '../support/node-process';
 import { startReceiver, type Receiver } from '../support/receiver';
+import { eventually } from '../support/eventually';
 
 /**
  * The outbox under a crash: the real server process is SIGKILLed with a
@@ -106,17 +107,6 @@ function client(host: Pick<Host, 'url'>, token: string) {
     },
     run: (id: string) => expectStatus(200, call(host, token, 'GET', `/acme/p/envs/default/action-runs/${id}`)),
   };
-}
-
-/** Polls until `check` returns a value: for a state another process reaches on its own schedule. */
-async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`condition not reached within ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 interface Host {
@@ -219,7 +209,7 @@ describe('runs across a SIGKILL of the Node host', () => {
     const run = await eventually(async () => {
       const current = await api.run(runId);
       return current.status === 'pending' ? undefined : current;
-    });
+    }, { timeoutMs: 20_000 });
     expect(run).toMatchObject({ status: 'running', error: null });
     // the attempt the dead process never recorded is attempt 1 again, not a retry of it
     expect(run.attempts).toMatchObject([{ attempt: 1, outcome: 'delivered', httpStatus: 200 }]);
@@ -239,7 +229,7 @@ describe('runs across a SIGKILL of the Node host', () => {
     const runs = await eventually(async () => {
       const current = await Promise.all(runIds.map((id) => again.run(id)));
       return current.every((run) => run.status !== 'pending') ? current : undefined;
-    });
+    }, { timeoutMs: 20_000 });
     expect(runs.map((run) => run.status)).toEqual(runIds.map(() => 'running'));
     const ids = answering.requests.slice(before).map((request) => request.headers['webhook-id']);
     // every run at least once, and nothing under another name
@@ -269,7 +259,7 @@ describe('runs across a SIGKILL of the Node host', () => {
       const run = await eventually(async () => {
         const current = await api.run(runId);
         return current.status === 'pending' ? undefined : current;
-      });
+      }, { timeoutMs: 20_000 });
       expect(run).toMatchObject({ status: 'running', error: null });
       // the aborted attempt was not recorded: it did not count against maxAttempts
       expect(run.attempts).toMatchObject([{ attempt: 1, outcome: 'delivered', httpStatus: 200 }]);
@@ -306,7 +296,7 @@ describe('runs across a SIGKILL of the Node host', () => {
       const runs = await eventually(async () => {
         const current = await Promise.all(runIds.map((id) => api.run(id)));
         return current.every((run) => run.status !== 'pending') ? current : undefined;
-      }, 20_000);
+      }, { timeoutMs: 20_000 });
       expect(runs.map((run) => run.status)).toEqual(runIds.map(() => 'running'));
       for (const run of runs) expect(run.attempts).toMatchObject([{ attempt: 1, outcome: 'delivered', httpStatus: 200 }]);
       const delivered = holding.requests.slice(before + SLOTS).map((request) => request.headers['webhook-id']);

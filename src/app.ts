@@ -1,6 +1,5 @@
 import { OpenAPIHono } from '@hono/zod-openapi';
 import type { Context, MiddlewareHandler, Next } from 'hono';
-import { requestId } from 'hono/request-id';
 import { matchedRoutes } from 'hono/route';
 import { sql } from 'drizzle-orm';
 import type { AppEnv } from './context';
@@ -8,7 +7,7 @@ import { handleError } from './http/error-handler';
 import { validationHook } from './http/validation';
 import { refuseHostileUrl } from './http/hostile-input';
 import { limitBody, parseJsonBody, requestContext } from './http/middleware';
-import { rateLimit } from './http/rate-limit';
+import { requestEnvelope } from './http/request-envelope';
 import type { Platform } from './platform';
 import { registerAuthPaths } from './auth/auth-openapi';
 import { authHandler } from './auth/auth-routes';
@@ -52,20 +51,9 @@ const onMatchedRoutes = (...middleware: MiddlewareHandler<AppEnv>[]): Middleware
 export function createApp(platform: Platform) {
   const app = new OpenAPIHono<AppEnv>({ defaultHook: validationHook });
 
-  app.use('*', requestId({ headerName: 'X-Request-Id' }));
-  app.use('*', async (c, next) => {
-    const started = Date.now();
-    await next();
-    platform.logger.info('request', {
-      requestId: c.get('requestId'),
-      method: c.req.method,
-      path: c.req.path,
-      status: c.res.status,
-      durationMs: Date.now() - started,
-    });
-  });
-  // every request, public and unknown routes too, before any other work: a 429 costs no database lookup
-  app.use('*', rateLimit(platform));
+  // every request, public and unknown routes too, before any other work: its id, its count against the rate limit (a 429
+  // costs no database lookup), its log line
+  app.use('*', requestEnvelope(platform));
   app.onError(handleError(platform.logger));
   app.notFound((c) => c.json({ error: `no route for ${c.req.method} ${c.req.path}`, code: 'not_found' }, 404));
 

@@ -62,7 +62,15 @@ export type AppEnv = {
      * than hash the same token twice (a SHA-256 in JS costs ~9 µs).
      */
     serviceTokenHash?: string;
-    /** The RateLimit-Policy and RateLimit headers of this request, for responses the context does not build. */
-    rateLimitHeaders?: Record<string, string>;
+    /**
+     * The headers every response to this request carries (X-Request-Id, and
+     * RateLimit-Policy and RateLimit where the host limits), gathered by
+     * src/http/request-envelope.ts and given to the response once it is made;
+     * a response written past the context (the Node host's change stream,
+     * straight to its socket) takes them from here.
+     */
+    responseHeaders?: Record<string, string>;
+    /** The response answerText built with responseHeaders already in it (src/http/request-envelope.ts). */
+    answeredWithHeaders?: Response;
   };
 };

@@ -20,7 +20,8 @@ export const authHandler =
       await refuseHostileAuthBody(c.req.raw);
       const response = await auth.handler(withoutStrayFetchMetadata(c.req.raw));
       const answer = response.status >= 400 ? await asApiError(response) : await withoutSessionTokens(c.req.path, response);
-      return withApiHeaders(answer, { 'X-Request-Id': c.get('requestId'), ...c.get('rateLimitHeaders') });
+      // the request's own headers (X-Request-Id, the rate limit's) are added by src/http/request-envelope.ts
+      return answer;
     } finally {
       const released = lease.release();
       if (platform.executionContext) c.executionCtx.waitUntil(released);
@@ -68,13 +69,6 @@ function withoutStrayFetchMetadata(request: Request): Request {
   stripped.delete('sec-fetch-dest');
   stripped.delete('sec-fetch-user');
   return new Request(request, { headers: stripped });
-}
-
-/** Better Auth builds its own responses: they get the headers every API response carries (request id, rate limit). */
-function withApiHeaders(response: Response, extra: Record<string, string>): Response {
-  const headers = new Headers(response.headers);
-  for (const [name, value] of Object.entries(extra)) headers.set(name, value);
-  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }
 
 const isJson = (response: Response) => (response.headers.get('content-type') ?? '').includes('application/json');

@@ -1,6 +1,8 @@
 import type { Context, TypedResponse } from 'hono';
 import type { JSONParsed } from 'hono/utils/types';
 import { z } from '@hono/zod-openapi';
+import type { AppEnv } from '../context';
+import { answerText } from './request-envelope';
 
 /** The one error body (SPEC Errors, DECISIONS §7). */
 export const ErrorBody = z
@@ -54,10 +56,12 @@ export const jsonResponse = <T extends z.ZodType>(schema: T, description: string
 /**
  * A 200 whose body is JSON text already written (by Postgres: the entity GET,
  * src/modules/entities/driver-rows.ts), sent as c.json would send it, typed
- * as the route's JSON response of `T`.
+ * as the route's JSON response of `T`. Its headers are the content type and
+ * the request's own (answerText): a header set on the context with
+ * `c.header()` does not reach it.
  */
-export function jsonText<T>(c: Context, text: string): Response & TypedResponse<JSONParsed<T>, 200, 'json'> {
-  return c.body(text, 200, { 'Content-Type': 'application/json' }) as unknown as Response & TypedResponse<JSONParsed<T>, 200, 'json'>;
+export function jsonText<T>(c: Context<AppEnv>, text: string): Response & TypedResponse<JSONParsed<T>, 200, 'json'> {
+  return answerText(c, text, 200, 'application/json') as unknown as Response & TypedResponse<JSONParsed<T>, 200, 'json'>;
 }
 
 /** The first and last instants of the years 1000–9999, in UTC. */

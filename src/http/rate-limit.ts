@@ -1,4 +1,4 @@
-import type { Context, MiddlewareHandler } from 'hono';
+import type { Context } from 'hono';
 import ipaddr from 'ipaddr.js';
 import { bearerCredential } from '../auth/caller';
 import { hashServiceToken, isWellFormedServiceToken, TOKEN_PREFIX } from '../auth/service-token';
@@ -119,14 +119,25 @@ export function rateLimitSubject(
   return { key: `ip:${address}` };
 }
 
-export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
+/**
+ * The rate limit's part of a request (./request-envelope.ts runs it before
+ * anything else): `admit` counts the request against its key and writes its
+ * standing into the response's headers, or throws 429 `rate_limited`; it
+ * answers the key a failed credential is counted against afterwards, if the
+ * request has one. Undefined when the host limits nothing.
+ */
+export interface RequestLimiter {
+  admit(c: Context<AppEnv>, headers: Record<string, string>): string | undefined | Promise<string | undefined>;
+  /** After a 401 to a credential: one failure counted against the caller's address. */
+  countFailure(failureKey: string): Promise<void>;
+}
+
+export function requestLimiter(platform: Platform): RequestLimiter | undefined {
   const { rateLimits, clock } = platform;
-  if (!rateLimits) return (_c, next) => next();
+  if (!rateLimits) return undefined;
   const sha256Hex = platform.sha256Hex ?? hashServiceToken;
   const limit = platform.config.rateLimitPerMinute;
   const policy = `"${POLICY}";q=${limit};w=${RATE_LIMIT_WINDOW_MS / 1000}`;
-  const secondsLeft = (standing: RateLimitStanding) => Math.max(1, Math.ceil((standing.resetAt - clock.now().getTime()) / 1000));
-  const describe = (standing: RateLimitStanding, seconds: number) => `"${POLICY}";r=${standing.remaining};t=${seconds}`;
 
   /** A store that cannot count (a Durable Object unreachable) admits the request: the API stays up, unlimited meanwhile. */
   const admitUncounted = (key: string, error: unknown): RateLimitStanding => {
@@ -143,35 +154,31 @@ export const rateLimit = (platform: Platform): MiddlewareHandler<AppEnv> => {
     }
     return counted instanceof Promise ? counted.catch((error: unknown) => admitUncounted(key, error)) : counted;
   };
-
-  return async (c, next) => {
-    const { key, failureKey, tokenHash } = rateLimitSubject(c, rateLimits, sha256Hex);
-    // authentication reads the same header later: it reuses the hash
-    if (tokenHash) c.set('serviceTokenHash', tokenHash);
-    // an address whose failed credentials spent its budget is refused before its next token is looked up: no I/O
-    const failures = failureKey === undefined ? undefined : rateLimits.peek(failureKey, limit);
-    let standing = failures && !failures.allowed ? failures : countOrAdmit(key);
-    if (standing instanceof Promise) standing = await standing;
-    // prepared here, they reach every response the context builds, errors included
-    const seconds = secondsLeft(standing);
-    const headers = { 'RateLimit-Policy': policy, RateLimit: describe(standing, seconds) };
-    c.header('RateLimit-Policy', headers['RateLimit-Policy']);
-    c.header('RateLimit', headers.RateLimit);
-    // for a response written past the context (the Node host's change stream, straight to its socket)
-    c.set('rateLimitHeaders', headers);
-    if (!standing.allowed) {
-      c.header('Retry-After', String(seconds));
-      throw new ApiError('rate_limited', `rate limit of ${limit} requests per minute reached; retry in ${seconds} s`);
-    }
-    await next();
-    // responses made without the context (a stream's Response) get them now
-    if (!c.res.headers.has('RateLimit')) for (const [name, value] of Object.entries(headers)) c.header(name, value);
-    if (failureKey && c.res.status === 401) {
-      const counted = Promise.resolve(rateLimits.hit(failureKey, limit)).catch((error: unknown) =>
-        platform.logger.warn('could not count a failed credential against its address', { error }),
-      );
-      if (platform.executionContext) c.executionCtx.waitUntil(counted);
-      else await counted;
-    }
+  const judge = (standing: RateLimitStanding, headers: Record<string, string>, failureKey: string | undefined) => {
+    const seconds = Math.max(1, Math.ceil((standing.resetAt - clock.now().getTime()) / 1000));
+    headers['RateLimit-Policy'] = policy;
+    headers.RateLimit = `"${POLICY}";r=${standing.remaining};t=${seconds}`;
+    if (standing.allowed) return failureKey;
+    headers['Retry-After'] = String(seconds);
+    throw new ApiError('rate_limited', `rate limit of ${limit} requests per minute reached; retry in ${seconds} s`);
   };
-};
+
+  return {
+    admit(c, headers) {
+      const { key, failureKey, tokenHash } = rateLimitSubject(c, rateLimits, sha256Hex);
+      // authentication reads the same header later: it reuses the hash
+      if (tokenHash) c.set('serviceTokenHash', tokenHash);
+      // an address whose failed credentials spent its budget is refused before its next token is looked up: no I/O
+      const failures = failureKey === undefined ? undefined : rateLimits.peek(failureKey, limit);
+      const standing = failures && !failures.allowed ? failures : countOrAdmit(key);
+      return standing instanceof Promise ? standing.then((s) => judge(s, headers, failureKey)) : judge(standing, headers, failureKey);
+    },
+    async countFailure(failureKey) {
+      try {
+        await rateLimits.hit(failureKey, limit);
+      } catch (error) {
+        platform.logger.warn('could not count a failed credential against its address', { error });
+      }
+    },
+  };
+}

@@ -152,6 +152,28 @@ describe('rate limits on the Node host', () => {
     expect(standing(forbidden).r).toBe(LIMIT - 1);
   });
 
+  it('puts the headers on the entity read too, whose response is built with them rather than given them afterwards', async () => {
+    const { database, tenant, token } = await tenantWithToken();
+    const setup = apis[0]!;
+    const project = `/${tenant.org.slug}/${tenant.project.slug}`;
+    expect((await setup.call('POST', `${project}/entity-types`, { token, body: { kind: 'EntityType', name: 'service', states: ['active'], initialState: 'active' } })).status).toBe(201);
+    expect((await setup.call('POST', `${project}/envs/default/entities`, { token, body: { kind: 'Entity', entityType: 'service', name: 'checkout' } })).status).toBe(201);
+    const api = await limitedApi({ database });
+    // twice: the second read is answered for a caller remembered from the first (src/auth/plain-callers.ts)
+    for (const [i, requestId] of ['trace-read-1', 'trace-read-2'].entries()) {
+      const read = await api.call('GET', `${project}/envs/default/entities/checkout`, { token, headers: { 'x-request-id': requestId } });
+      expect(read.status).toBe(200);
+      expect((read.body as { name: string }).name).toBe('checkout');
+      expect(read.headers.get('content-type')).toBe('application/json');
+      expect(read.headers.get('x-request-id')).toBe(requestId);
+      expect(standing(read).r).toBe(LIMIT - 1 - i);
+    }
+    const missing = await api.call('GET', `${project}/envs/default/entities/nowhere`, { token });
+    expectError(missing, 404, 'not_found');
+    expect(standing(missing).r).toBe(LIMIT - 3);
+    expect(missing.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
   it('counts malformed credentials against the address, and tokens the database turns away against it too', async () => {
     const { database, tenant, token } = await tenantWithToken();
     const api = await limitedApi({ database });

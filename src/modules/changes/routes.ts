@@ -39,8 +39,8 @@ changeRoutes.openapi(
       }
       after = Number(header.trim());
     }
-    // a stream written straight to its socket (the Node host) would lose the headers prepared on the context
-    const headers = c.get('rateLimitHeaders') ?? {};
+    // a stream written straight to its socket (the Node host) is never seen by the envelope that gives a response its headers
+    const headers = c.get('responseHeaders') ?? {};
     return openEntityStream(c.get('services'), { org: o, project: p, env: envName }, filters, after, { raw: c.env, headers });
   },
 );

@@ -28,7 +28,7 @@ export async function openEntityStream(
   connection: {
     /** The host's handle of the connection (see ChangeStreams.open). */
     raw: unknown;
-    /** Response headers the request has prepared (the rate limit's), sent with the stream's own. */
+    /** The request's own response headers (X-Request-Id, the rate limit's), sent with the stream's own. */
     headers: Record<string, string>;
   },
 ): Promise<Response> {
@@ -41,7 +41,7 @@ export async function openEntityStream(
     after,
     filter,
     token: principal.kind === 'service-token' ? { id: principal.tokenId, expiresAt: principal.expiresAt } : null,
-  }, { raw: connection.raw, headers: { ...connection.headers, 'x-request-id': ctx.requestId } });
+  }, connection);
 }
 
 export async function listChanges(ctx: ServiceContext, ref: EnvRef, query: ChangesQuery): Promise<ChangesPage> {

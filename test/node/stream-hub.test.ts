@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTenantWithRival, expectError, mintToken, type Tenant } from '../support/fixtures';
 import { createTestApi, type TestApi } from '../support/node-app';
 import { openSse, type SseClient, type SseEvent } from '../support/sse-client';
+import { eventually } from '../support/eventually';
 
 /**
  * The change stream's hub through a real HTTP server and real SSE clients
@@ -17,15 +18,6 @@ import { openSse, type SseClient, type SseEvent } from '../support/sse-client';
 
 let counter = 0;
 const fresh = (base: string) => `${base}-${++counter}`;
-
-/** Waits for a condition the server reaches on its own, or fails after `timeoutMs`. */
-async function until(condition: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
 
 async function within<T>(promise: Promise<T>, what: string, timeoutMs = 10_000): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -138,7 +130,7 @@ describe('the change stream hub', () => {
       elsewhere.close();
 
       first.close();
-      await until(() => capped.hub.subscriberCount() === 1, 'the closed streams to be dropped');
+      await eventually(() => capped.hub.subscriberCount() === 1 || undefined, { what: 'the closed streams to be dropped' });
       const third = await open(capped, `${env}/entities/stream`);
       expect(third.status).toBe(200);
 
@@ -182,7 +174,7 @@ describe('the change stream hub', () => {
     const url = `${bases.get(api)}${env}/entities/stream`;
     const before = api.hub.subscriberCount();
     const live = rawFrames(url, viewer, undefined, 3);
-    await until(() => api.hub.subscriberCount() > before, 'the stream to open');
+    await eventually(() => api.hub.subscriberCount() > before || undefined, { what: 'the stream to open' });
     // the first create of the process's type reads it in a transaction; the next ones are one statement, whose change row the hub is handed
     for (const name of ['one', 'two', 'three']) await createEntity(env, name);
     const frames = await within(live, 'three live frames');

@@ -2,6 +2,7 @@ import { exports } from 'cloudflare:workers';
 import { inArray } from 'drizzle-orm';
 import { beforeAll, describe, expect, inject, it } from 'vitest';
 import { actionRuns } from '../../src/db/schema';
+import { eventually } from '../support/eventually';
 import type { Release, Reply } from '../support/receiver';
 import { platform, withDb } from './worker-database';
 
@@ -29,6 +30,8 @@ const ENV = `${PROJECT}/envs/default`;
 const TAG = `sat-${Math.random().toString(36).slice(2, 8)}`;
 /** wrangler.toml max_batch_size */
 const BATCH = 5;
+/** How often a wait asks the receiver or the database again. */
+const POLL_MS = 100;
 
 async function call(method: string, path: string, body?: unknown) {
   const response = await exports.default.fetch(`${BASE}${path}`, {
@@ -63,16 +66,6 @@ const arrivedUnder = async (prefix: string) =>
 
 const statuses = (runIds: string[]) =>
   withDb(async (db) => db.select({ id: actionRuns.id, status: actionRuns.status }).from(actionRuns).where(inArray(actionRuns.id, runIds)));
-
-async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs: number, what: () => Promise<string> | string): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms: ${await what()}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 const count = (ids: string[], runIds: string[]) => {
   const seen = new Set(ids);
@@ -125,8 +118,7 @@ async function allReach(runIds: string[], status: string, timeoutMs: number): Pr
       last = await statuses(runIds);
       return last.length === runIds.length && last.every((run) => run.status === status) ? true : undefined;
     },
-    timeoutMs,
-    () => `${last.filter((run) => run.status === status).length} of ${runIds.length} runs ${status}`,
+    { timeoutMs, intervalMs: POLL_MS, what: () => `${last.filter((run) => run.status === status).length} of ${runIds.length} runs ${status}` },
   );
 }
 
@@ -141,7 +133,7 @@ describe.sequential('delivery under saturation on the Worker: the real queue and
 
     // more slow runs than a batch holds
     const slowRuns = await trigger(slowAction, BATCH + 2);
-    await eventually(async () => ((await heldUnder(slow)) > 0 ? true : undefined), 20_000, () => 'no slow request held');
+    await eventually(async () => ((await heldUnder(slow)) > 0 ? true : undefined), { timeoutMs: 20_000, intervalMs: POLL_MS, what: 'no slow request held' });
 
     // the burst comes while a batch waits on its receivers
     const burst = await trigger(fastAction, 40, 10);
@@ -153,13 +145,15 @@ describe.sequential('delivery under saturation on the Worker: the real queue and
         await release(slow);
         return count(await arrivedUnder(slow), slowRuns) === slowRuns.length && (await heldUnder(slow)) === 0 ? true : undefined;
       },
-      40_000,
-      async () => `${count(await arrivedUnder(slow), slowRuns)} of ${slowRuns.length} slow runs and ${count(await arrivedUnder(fast), burst)} of ${burst.length} burst runs sent`,
+      {
+        timeoutMs: 40_000,
+        intervalMs: POLL_MS,
+        what: async () => `${count(await arrivedUnder(slow), slowRuns)} of ${slowRuns.length} slow runs and ${count(await arrivedUnder(fast), burst)} of ${burst.length} burst runs sent`,
+      },
     );
     await eventually(
       async () => (count(await arrivedUnder(fast), burst) === burst.length ? true : undefined),
-      30_000,
-      async () => `${count(await arrivedUnder(fast), burst)} of ${burst.length} burst runs sent`,
+      { timeoutMs: 30_000, intervalMs: POLL_MS, what: async () => `${count(await arrivedUnder(fast), burst)} of ${burst.length} burst runs sent` },
     );
     expect(new Set(await arrivedUnder(slow))).toEqual(new Set(slowRuns));
     expect(new Set(await arrivedUnder(fast))).toEqual(new Set(burst));
@@ -176,13 +170,16 @@ describe.sequential('delivery under saturation on the Worker: the real queue and
     const fastAction = await action(fast);
 
     const hungRuns = await trigger(hangAction, BATCH);
-    await eventually(async () => ((await arrivedUnder(hung)).length > 0 ? true : undefined), 20_000, () => 'no hung request arrived');
+    await eventually(async () => ((await arrivedUnder(hung)).length > 0 ? true : undefined), { timeoutMs: 20_000, intervalMs: POLL_MS, what: 'no hung request arrived' });
     const burst = await trigger(fastAction, 30, 10);
 
     await eventually(
       async () => (count(await arrivedUnder(fast), burst) === burst.length ? true : undefined),
-      60_000,
-      async () => `${count(await arrivedUnder(fast), burst)} of ${burst.length} burst runs sent, ${count(await arrivedUnder(hung), hungRuns)} of ${hungRuns.length} hung runs sent`,
+      {
+        timeoutMs: 60_000,
+        intervalMs: POLL_MS,
+        what: async () => `${count(await arrivedUnder(fast), burst)} of ${burst.length} burst runs sent, ${count(await arrivedUnder(hung), hungRuns)} of ${hungRuns.length} hung runs sent`,
+      },
     );
     await allReach(burst, 'running', 20_000);
     await allReach(hungRuns, 'failed', 30_000);

@@ -35,12 +35,12 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
+import { cpuMs } from './cpu';
 import { dropLeastTables, LEAST_RUNS_TABLE } from './least-trigger';
 import { startLeastTrigger } from './server';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
@@ -143,13 +143,6 @@ async function allArrived(receiver: Receiver, ids: string[]): Promise<void> {
   } finally {
     clearInterval(stall);
   }
-}
-
-/** utime + stime of `pid` in ms (clock ticks of 10 ms). */
-function cpuMs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 /** The monotonic clock V8's CPU profiles are stamped with, in µs: a profile can be cut to a window with it. */

@@ -28,22 +28,15 @@
  * compiling that path, a one-off cost per process, into the app's per-frame
  * figure (two rounds at ~1.7× the later ones' CPU, read with perf).
  *
- * CPU time is each thread's time on a CPU as the scheduler counts it, in
- * nanoseconds (the first field of /proc/<pid>/task/<tid>/schedstat), summed
- * over the child's threads and its descendants', so a pid of `npm` reads
- * the node process it started. utime + stime of /proc/<pid>/stat, read
- * before, come in clock ticks (10 ms), and the measures here are 25–50
- * ticks each, read 10 times over: in three runs read both ways the ratio
- * moved by 8–27 % from that rounding alone. Where the kernel has no
- * schedstat, ticks are read as before. A thread that exits takes its time
- * with it; node's threads (V8's, libuv's) live as long as the process.
+ * CPU time is read as ./cpu.ts reads it: each thread's time on a CPU, over
+ * the child's threads and its descendants'.
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { fork, type ChildProcess } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { positiveInteger } from '../harness';
+import { cpuMs } from './cpu';
 import { atMost, callApi, type HttpTarget, type Row } from './target';
 
 /** Lets the subscribers' catch-up reads and the connections' setup finish before the CPU is read. */
@@ -57,40 +50,6 @@ const ROUNDS = 10;
 const WARM_UP = 300;
 /** Untimed rounds of the three measures before the timed ones (see the header). */
 const WARM_ROUNDS = 2;
-
-/** CPU time of `pid` and of every process under it, in ms (see the header). */
-const cpuMs: (pid: number) => number = existsSync('/proc/self/schedstat') ? (pid) => onCpuNs(pid) / 1e6 : (pid) => cpuTicks(pid) * (1000 / ticksPerSecond());
-
-/** Time on a CPU of every thread of `pid` and of every process under it, in ns. */
-function onCpuNs(pid: number): number {
-  let ns = 0;
-  for (const thread of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${pid}/task/${thread}/schedstat`, 'utf8').split(' ')[0]);
-      const children = readFileSync(`/proc/${pid}/task/${thread}/children`, 'utf8').trim();
-      for (const child of children ? children.split(' ') : []) ns += onCpuNs(Number(child));
-    } catch {
-      // the thread ended between the listing and the read
-    }
-  }
-  return ns;
-}
-
-/** utime + stime of `pid` and of every process under it, in clock ticks. */
-function cpuTicks(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // fields after the command name, which may hold spaces and parentheses
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  let ticks = Number(fields[11]) + Number(fields[12]);
-  for (const thread of readdirSync(`/proc/${pid}/task`)) {
-    const children = readFileSync(`/proc/${pid}/task/${thread}/children`, 'utf8').trim();
-    for (const child of children ? children.split(' ') : []) ticks += cpuTicks(Number(child));
-  }
-  return ticks;
-}
-
-let clockTicks: number | undefined;
-const ticksPerSecond = () => (clockTicks ??= Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()));
 
 function forkChild(script: string): ChildProcess {
   return fork(fileURLToPath(new URL(script, import.meta.url)), [], {

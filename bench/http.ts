@@ -19,7 +19,9 @@
  * GET's least work, Hono with the app's own token-checked statements, and
  * that least work kept whole, with the per-request guarantees (request id,
  * log line, rate limit, validation) each in its least form
- * (bench/http/bare.ts). Beside the PGlite RSS row: what PGlite's own query
+ * (bench/http/bare.ts); then the app, that least work kept whole and the
+ * bare server in the same slices of time, with the CPU a GET costs each of
+ * them, Postgres and the load (bench/http/slices.ts). Beside the PGlite RSS row: what PGlite's own query
  * path promotes to V8's old generation (bench/http/promotion.ts).
  *
  * 100,000 entities and 200,000 relationships are seeded through POST
@@ -38,6 +40,7 @@ import { SERVER_ARGS } from '../scripts/build-server.mjs';
 import { measureDeliveries } from './http/deliveries';
 import { measurePromotion } from './http/promotion';
 import { describeOutcome, fire, interleaved, merge, p50, perSecond, quantile, sustained, type Case, type Send } from './http/load';
+import { inSameSlices, printSlices } from './http/slices';
 import { measureStreamCost } from './http/stream-cost';
 import {
   bootstrap,
@@ -62,6 +65,9 @@ const MIXED_CLIENTS = 20;
 /** The sustained load's mix: the rest, 25 %, are creates. */
 const MIXED_SHARES = { get: 0.6, list: 0.15 };
 const MIXED_WARMUP_SECONDS = 10;
+/** The GET's servers side by side (bench/http/slices.ts): 8 rounds of 2 s each, 48 s in all. */
+const SLICE_ROUNDS = 8;
+const SLICE_SECONDS = 2;
 /** Of the reads and lists, once, before anything on them is timed. */
 const FIRST_WARMUP_SECONDS = 10;
 
@@ -368,6 +374,15 @@ export const httpBench: Benchmark = {
         const [least1, bareForLeast1] = await interleaved(leastGet(1), bareGet(1), caseSeconds);
         const [guarded10, bareForGuarded10] = await interleaved(guardedGet(10), bareGet(10), caseSeconds);
         const [guarded1, bareForGuarded1] = await interleaved(guardedGet(1), bareGet(1), caseSeconds);
+        // the same three beside each other in the same minutes, with the CPU a GET costs each part of the machine
+        const slices = await inSameSlices(
+          [
+            { name: 'the app', pid: app.pid, load: appGet(10) },
+            { name: 'least work kept whole', pid: guardedGetServer.pid, load: guardedGet(10) },
+            { name: 'bare node:http + pg', pid: bare.pid, load: bareGet(10) },
+          ],
+          { rounds: SLICE_ROUNDS, seconds: SLICE_SECONDS, database: DATABASE_NAME },
+        );
         await Promise.all([bare.stop(), bareHono.stop(), leastGetServer.stop(), guardedGetServer.stop()]);
         const trials = {
           app10,
@@ -406,6 +421,10 @@ export const httpBench: Benchmark = {
           atLeast('  least work kept whole: GET, 10 clients', perSecond(guarded10), perSecond(bareForGuarded10), 'req/s', 0.7, guardedNote),
           atMost('  least work kept whole: GET, 1 client, p50', p50(guarded1), p50(bareForGuarded1), 'ms', 1.5, guardedNote),
         ]);
+        printSlices(
+          `The GET at 10 clients in the same slices (not a target): ${SLICE_ROUNDS} rounds of a ${SLICE_SECONDS}-s slice each, the order reversed every round; µs of CPU a GET`,
+          slices,
+        );
       }
 
       // --- lists: the deepest page against the first, for every filter --------------------

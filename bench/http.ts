@@ -21,8 +21,9 @@
  * log line, rate limit, validation) each in its least form
  * (bench/http/bare.ts); then the app, that least work kept whole and the
  * bare server in the same slices of time, with the CPU a GET costs each of
- * them, Postgres and the load (bench/http/slices.ts). Beside the PGlite RSS row: what PGlite's own query
- * path promotes to V8's old generation (bench/http/promotion.ts).
+ * them, Postgres and the load (bench/http/slices.ts). Beside the PGlite RSS
+ * row: what PGlite's own query path promotes to V8's old generation
+ * (bench/http/promotion.ts).
  *
  * 100,000 entities and 200,000 relationships are seeded through POST
  * ENV/batch. BENCH_HTTP_SECONDS (10), BENCH_HTTP_LOAD_SECONDS (60),
@@ -54,7 +55,7 @@ import {
   type ListFilter,
   type Seeded,
 } from './http/server';
-import { atLeast, atMost, NOT_A_TARGET, type HttpTarget, type Row } from './http/target';
+import { atLeast, atMost, NOT_A_TARGET, printColumns, type HttpTarget, type Row } from './http/target';
 
 /** Of this run alone: two runs at once (a second terminal, a helper) must not drop each other's database. */
 const DATABASE_NAME = `cellplane_bench_http_${process.pid}`;
@@ -115,16 +116,7 @@ function printRows(title: string, rows: Row[]): void {
     row.target,
     row.target === NOT_A_TARGET ? NOT_A_TARGET : row.met ? 'PASS' : 'MISS',
   ]);
-  const titles = ['measure', 'app', 'floor', 'ratio', 'target', 'met'];
-  const widths = titles.map((title, i) => Math.max(title.length, ...cells.map((cell) => cell[i]!.length)));
-  const line = (cell: string[]) => cell.map((text, i) => (i === 0 ? text.padEnd(widths[i]!) : text.padStart(widths[i]! + 3))).join('');
-  console.log(`\n${title}`);
-  console.log(line(titles));
-  console.log('-'.repeat(line(titles).length));
-  for (const [i, row] of rows.entries()) {
-    console.log(line(cells[i]!));
-    if (row.note) console.log(`    ${row.note}`);
-  }
+  printColumns(title, ['measure', 'app', 'floor', 'ratio', 'target', 'met'], cells, rows.map((row) => row.note));
 }
 
 // --- requests ------------------------------------------------------------------------

@@ -23,6 +23,7 @@
  */
 import { cpuMs, cpuMsOf, postgresBackends } from './cpu';
 import { describeOutcome, type Case } from './load';
+import { printColumns } from './target';
 
 export interface SliceServer {
   name: string;
@@ -98,10 +99,5 @@ export function printSlices(title: string, costs: SliceCost[]): void {
     micros(inAll(cost)),
     `${(inAll(floor) / inAll(cost)).toFixed(2)}×`,
   ]);
-  const widths = titles.map((text, i) => Math.max(text.length, ...cells.map((cell) => cell[i]!.length)));
-  const line = (cell: string[]) => cell.map((text, i) => (i === 0 ? text.padEnd(widths[i]!) : text.padStart(widths[i]! + 3))).join('');
-  console.log(`\n${title}`);
-  console.log(line(titles));
-  console.log('-'.repeat(line(titles).length));
-  for (const cell of cells) console.log(line(cell));
+  printColumns(title, titles, cells);
 }

@@ -60,6 +60,23 @@ export function atMost(measure: string, value: number, floor: number, unit: stri
 }
 
 /**
+ * A titled table: the first column left-aligned, the others right-aligned,
+ * each as wide as its widest cell; `notes[i]`, when given, printed under
+ * row i.
+ */
+export function printColumns(title: string, titles: string[], cells: string[][], notes: (string | undefined)[] = []): void {
+  const widths = titles.map((text, i) => Math.max(text.length, ...cells.map((cell) => cell[i]!.length)));
+  const line = (cell: string[]) => cell.map((text, i) => (i === 0 ? text.padEnd(widths[i]!) : text.padStart(widths[i]! + 3))).join('');
+  console.log(`\n${title}`);
+  console.log(line(titles));
+  console.log('-'.repeat(line(titles).length));
+  for (const [i, cell] of cells.entries()) {
+    console.log(line(cell));
+    if (notes[i]) console.log(`    ${notes[i]}`);
+  }
+}
+
+/**
  * One API call over HTTP with the target's token. The body is read and the
  * status checked, so a bench never times errors without saying so.
  */

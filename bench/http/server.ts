@@ -85,7 +85,9 @@ const tail = (file: string) => {
  * BENCH_HTTP_PROFILE=<dir> it runs under `--cpu-prof`, written to
  * <dir>/<name>.cpuprofile when it exits: the main thread's profile (tsx's
  * loader runs in a worker thread that writes one of its own, which a fixed
- * --cpu-prof-name would let overwrite it). Ready once `readyPath` answers 200.
+ * --cpu-prof-name would let overwrite it). BENCH_HTTP_NODE_FLAGS (node's own
+ * flags, space-separated) go before the rest of its arguments. Ready once
+ * `readyPath` answers 200.
  */
 export async function startNode(options: {
   name: string;
@@ -100,10 +102,11 @@ export async function startNode(options: {
   // node names each thread's profile CPU.<date>.<time>.<pid>.<tid>.<seq>.cpuprofile; the main thread's tid is 0
   const threadProfiles = profileDir ? join(profileDir, `${options.name}.threads`) : undefined;
   const profile = threadProfiles ? ['--cpu-prof', `--cpu-prof-dir=${threadProfiles}`] : [];
+  const flags = (process.env.BENCH_HTTP_NODE_FLAGS ?? '').split(' ').filter(Boolean);
   const log = openSync(options.logFile, 'a');
   // only what node and tsx need from this environment: a DATABASE_URL or PORT of the caller's shell must not leak in
   const inherited = Object.fromEntries(['PATH', 'HOME', 'TMPDIR'].flatMap((key) => (process.env[key] ? [[key, process.env[key]!]] : [])));
-  const child = spawn(process.execPath, [...profile, ...options.args], {
+  const child = spawn(process.execPath, [...flags, ...profile, ...options.args], {
     cwd: REPO_ROOT,
     env: { ...inherited, PORT: String(options.port), ...options.env },
     stdio: ['ignore', log, log],

@@ -74,6 +74,7 @@ describe('npm start (the Node host as a process)', () => {
     expect(scripts.start).toBe(`node scripts/build-server.mjs && exec node ${SERVER_ARGS.join(' ')}`);
     expect(SERVER_ARGS).toContain('--no-allocation-site-pretenuring');
     expect(SERVER_ARGS).toContain('--no-parallel-scavenge');
+    expect(SERVER_ARGS).toContain('--heap-growing-percent=20');
   });
 
   it('`npm start` serves from an embedded database with generated local secrets, and stops cleanly on SIGTERM sent to npm', async () => {

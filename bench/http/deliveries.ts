@@ -41,7 +41,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
 import { cpuMs } from './cpu';
-import { dropLeastTables, LEAST_RUNS_TABLE } from './least-trigger';
+import { dropLeastTables, LEAST_RUNS_TABLE, type RungName } from './least-trigger';
 import { startLeastTrigger } from './server';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
@@ -56,6 +56,19 @@ const STALL_MS = 30_000;
  * times a smaller backlog; the row says how many.
  */
 const HOLD_MS = 7_000;
+
+/**
+ * The rungs of the trigger's least work (./least-trigger.ts) measured beside
+ * the app, lowest first, each printed with what it adds to the rung below.
+ */
+const RUNGS: { rung: RungName; label: string; adds: string }[] = [
+  { rung: 'relay', label: 'the two HTTP crossings alone', adds: 'a request taken, 202, then the receiver fetched: no database' },
+  { rung: 'read', label: 'and the read', adds: 'the entity read by name' },
+  { rung: 'plain', label: 'least work', adds: 'a run inserted and committed: what the row must do' },
+  { rung: 'outbox', label: 'and the outbox', adds: 'the token hashed, the access epoch read with the entity, and the job row in the run\'s statement' },
+  { rung: 'signed', label: 'and the callback token', adds: 'a callback token signed by jose beside the insert, in the payload' },
+  { rung: 'whole', label: 'least work kept whole', adds: 'a request id and a log line, and the webhook before the 202' },
+];
 
 interface Receiver {
   url: string;
@@ -172,17 +185,12 @@ async function inParallel(count: number, concurrency: number, work: () => Promis
  * statements) and node:http, in this process, on the app's database. Tables
  * of its own, dropped at the end, so the app's tables are not touched.
  *
- * - `trigger()`: a fetch to a bare node:http server here that reads the
- *   entity by name, inserts a run row (autocommit: its own WAL flush) and
- *   answers 202, then posts the run to the receiver with `fetch`; resolves
- *   with the run's id.
- * - `triggerWhole()`: the same kept whole, with what the app's trigger must
- *   keep, each in its least form: the bearer token hashed and the access
- *   epoch read beside the entity (the remembered caller's check); the run and
- *   its job row in one statement (the outbox: a crash loses no committed run);
- *   the run's callback token signed by jose (HS256) while that statement is
- *   out, and carried in the payload; a request id, and one log line written
- *   after the response. The webhook goes out before the 202, as the app's does.
+ * - `trigger(rung)`: a fetch to the bare node:http server of
+ *   ./least-trigger.ts at one rung of its ladder (LADDER there): from the two
+ *   HTTP crossings alone (`relay`), through the entity read, the run
+ *   committed (`plain`: the row's least work), the outbox and the token
+ *   check, the callback token, to the least work kept whole (`whole`), each
+ *   rung one step more than the one below; resolves with the run's id.
  * - `record(id)`: what a delivery must write once answered: one row, committed.
  */
 /**
@@ -201,8 +209,7 @@ async function leastWork(databaseUrl: string, envId: string, entityName: string,
     return ((await res.json()) as { id: string }).id;
   };
   return {
-    trigger: () => triggerAt('/', {}),
-    triggerWhole: () => triggerAt('/whole', { authorization: `Bearer ${token}` }),
+    trigger: (rung: RungName) => triggerAt(`/${rung}`, { authorization: `Bearer ${token}` }),
     record: async (): Promise<void> => {
       await pool.query({ name: 'least_record', text: `insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $1, $2)`, values: [crypto.randomUUID(), '{"outcome":"delivered"}'] });
     },
@@ -252,15 +259,13 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
     for (let i = 0; i < warm; i++) {
       await receiver.arrival(await trigger());
       await bareFetch();
-      await receiver.arrival(await least.trigger());
-      await receiver.arrival(await least.triggerWhole());
+      for (const { rung } of RUNGS) await receiver.arrival(await least.trigger(rung));
     }
     const latency: number[] = [];
     /** The trigger's own answer: the part of the latency that is a request, not the runner. */
     const answered: number[] = [];
     const bare: number[] = [];
-    const leastLatency: number[] = [];
-    const wholeLatency: number[] = [];
+    const rungLatency = new Map<RungName, number[]>(RUNGS.map(({ rung }) => [rung, []]));
     for (let i = 0; i < latencyRuns; i++) {
       let started = performance.now();
       const id = await trigger();
@@ -269,10 +274,10 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
       started = performance.now();
       await bareFetch();
       bare.push(performance.now() - started);
-      started = performance.now();
-      leastLatency.push((await receiver.arrival(await least.trigger())) - started);
-      started = performance.now();
-      wholeLatency.push((await receiver.arrival(await least.triggerWhole())) - started);
+      for (const { rung } of RUNGS) {
+        started = performance.now();
+        rungLatency.get(rung)!.push((await receiver.arrival(await least.trigger(rung))) - started);
+      }
     }
 
     // deliveries per second: a backlog, queued while the runner's slots wait on held attempts
@@ -317,8 +322,7 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
     const l = summary(latency);
     const a = summary(answered);
     const b = summary(bare);
-    const w = summary(leastLatency);
-    const k = summary(wholeLatency);
+    const rungs = RUNGS.map((rung) => ({ ...rung, p: summary(rungLatency.get(rung.rung)!) }));
     return [
       atMost(
         'trigger → first delivery p50',
@@ -339,22 +343,18 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
           `every run delivered, ${duplicates} twice or more; floor: ${backlog} bare fetches, ${IN_FLIGHT} in flight; ` +
           `the server's CPU over the drain: ${((drainCpu / backlog) * 1000).toFixed(0)} µs per delivery (monotonic µs ${drainFrom}–${drainTo}, to cut a profile to it)`,
       ),
-      atMost(
-        '  least work: trigger → delivery p50',
-        w.p50,
-        b.p50,
-        'ms',
-        3,
-        `not a target: a bare node:http server in a child process reading the entity, inserting a run (committed), answering 202, then fetching the receiver; p99 ${w.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / w.p50).toFixed(2)}×`,
-      ),
-      atMost(
-        '  least work kept whole: trigger → delivery p50',
-        k.p50,
-        b.p50,
-        'ms',
-        3,
-        `not a target: that server with the trigger's guarantees each in its least form (the token hashed and the access epoch read with the entity, the run and its job in one statement, a callback token signed by jose beside it, a request id and a log line), the webhook before the 202; p99 ${k.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / k.p50).toFixed(2)}×`,
-      ),
+      ...rungs.map(({ rung, label, adds, p }, i) => {
+        const below = rungs[i - 1]?.p.p50;
+        const step = below === undefined ? adds : `the row above and ${adds}: ${p.p50 - below >= 0 ? '+' : ''}${(p.p50 - below).toFixed(2)} ms`;
+        return atMost(
+          `  ${label}: trigger → delivery p50`,
+          p.p50,
+          b.p50,
+          'ms',
+          3,
+          `not a target: a bare node:http server in a child process (rung "${rung}"), ${step}; p99 ${p.p99.toFixed(2)} ms; the app ÷ this: ${(l.p50 / p.p50).toFixed(2)}×`,
+        );
+      }),
       atLeast(
         '  least work: deliveries/s with a write each',
         recorded,

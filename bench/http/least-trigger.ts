@@ -12,15 +12,22 @@
  * LEAST_ENTITY (the entity's name) and LEAST_RECEIVER_URL. Ready once
  * `GET /healthz` answers, after its two tables exist.
  *
- * - `POST /`: the entity read, a run inserted and committed, 202, then the
- *   receiver fetched.
- * - `POST /whole`: that, keeping the trigger's guarantees each in its least
- *   form: the bearer token hashed and the access epoch read beside the
- *   entity (the remembered caller's check), the run and its job row in one
- *   statement (the outbox), the run's callback token signed by jose (HS256)
- *   while that statement is out and carried in the payload, a request id,
- *   one log line after the response; the webhook before the 202, as the app
- *   sends it.
+ * A ladder of rungs, each `POST /<rung>` doing what the rung below does and
+ * one thing more (LADDER), so that where a trigger's time goes is measured
+ * step by step in the same run, not inferred:
+ *
+ * - `relay`: the request taken, 202, then the receiver fetched. No database:
+ *   the trigger's two HTTP crossings alone.
+ * - `read`: the entity read first.
+ * - `plain` (`POST /`): a run inserted and committed after the read. The
+ *   least work of the row.
+ * - `outbox`: the guarantees of what is written: the bearer token hashed and
+ *   the access epoch read beside the entity (the remembered caller's check),
+ *   the run and its job row in one statement (the outbox).
+ * - `signed`: the run's callback token signed by jose (HS256) while that
+ *   statement is out, and carried in the payload.
+ * - `whole`: a request id, one log line after the response, and the webhook
+ *   before the 202, as the app sends it. The least work kept whole.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -33,6 +40,27 @@ import { APP_POOL_SIZE } from './target';
 /** What both write: the runs (and, from the bench's loop, one outcome row per delivery), and the least work's jobs. */
 export const LEAST_RUNS_TABLE = 'bench_least_work';
 const LEAST_JOBS_TABLE = 'bench_least_job';
+
+/** What a rung does; each rung of LADDER does what the one before it does, and one thing more. */
+interface Rung {
+  read: boolean;
+  insert: boolean;
+  outbox: boolean;
+  sign: boolean;
+  envelope: boolean;
+  webhookFirst: boolean;
+}
+
+const RELAY: Rung = { read: false, insert: false, outbox: false, sign: false, envelope: false, webhookFirst: false };
+const READ: Rung = { ...RELAY, read: true };
+const PLAIN: Rung = { ...READ, insert: true };
+const OUTBOX: Rung = { ...PLAIN, outbox: true };
+const SIGNED: Rung = { ...OUTBOX, sign: true };
+const WHOLE: Rung = { ...SIGNED, envelope: true, webhookFirst: true };
+
+/** The rungs by path, lowest first; `POST /` is `plain`. */
+export const LADDER: Record<string, Rung> = { relay: RELAY, read: READ, plain: PLAIN, outbox: OUTBOX, signed: SIGNED, whole: WHOLE };
+export type RungName = keyof typeof LADDER;
 
 /** The two tables the least work writes (the bench's write-per-delivery loop writes the first too, once the child is ready); dropped by dropLeastTables. */
 async function createLeastTables(pool: pg.Pool | pg.Client): Promise<void> {
@@ -59,18 +87,41 @@ async function serve(): Promise<void> {
     const sent = await fetch(`${receiverUrl}/least`, { method: 'POST', body, headers: { 'content-type': 'application/json', 'webhook-id': id } });
     await sent.arrayBuffer();
   };
-  const least = async (res: ServerResponse) => {
-    const { rows: [entity] } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
-    const id = crypto.randomUUID();
-    const body = JSON.stringify({ vm: entity.name, runId: id });
-    await pool.query({ name: 'least_run', text: `insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $2, $3)`, values: [id, entity.id, body] });
-    res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
-    await send(id, body);
-  };
-  const whole = async (req: IncomingMessage, res: ServerResponse) => {
+  const trigger = async (rung: Rung, req: IncomingMessage, res: ServerResponse) => {
     const started = Date.now();
-    const requestId = crypto.randomUUID();
-    const tokenHash = createHash('sha256').update((req.headers.authorization ?? '').replace(/^Bearer /, '')).digest('hex');
+    const requestId = rung.envelope ? crypto.randomUUID() : undefined;
+    const id = crypto.randomUUID();
+    let body = JSON.stringify({ vm: entityName, runId: id });
+    if (rung.read) {
+      const entity = await readEntity(rung.outbox ? (req.headers.authorization ?? '') : undefined);
+      const created = Math.floor(Date.now() / 1000);
+      const payload = { vm: entity.name as string, runId: id };
+      const [, callbackToken] = await Promise.all([
+        rung.insert ? insertRun(rung.outbox, id, entity.id as string, JSON.stringify(payload)) : undefined,
+        rung.sign ? new SignJWT({ env: envId }).setProtectedHeader({ alg: 'HS256' }).setSubject(id).setIssuedAt(created).setExpirationTime(created + 3600).sign(callbackKey) : undefined,
+      ]);
+      body = JSON.stringify(callbackToken === undefined ? payload : { ...payload, callbackToken });
+    }
+    const answer = () => {
+      res.writeHead(202, requestId ? { 'content-type': 'application/json', 'x-request-id': requestId } : { 'content-type': 'application/json' }).end(JSON.stringify({ id }));
+      if (requestId) logRequest({ requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
+    };
+    if (rung.webhookFirst) {
+      const sent = send(id, body);
+      answer();
+      await sent;
+    } else {
+      answer();
+      await send(id, body);
+    }
+  };
+  /** The entity by name; with the caller's token, hashed, and the access epoch read beside it. */
+  const readEntity = async (authorization: string | undefined): Promise<Record<string, unknown>> => {
+    if (authorization === undefined) {
+      const { rows } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
+      return rows[0];
+    }
+    const tokenHash = createHash('sha256').update(authorization.replace(/^Bearer /, '')).digest('hex');
     const { rows: [entity] } = await pool.query({
       name: 'least_whole_entity',
       text: 'select e.*, (select value::text from access_epoch where id = 1) as access_epoch from entities e where env_id = $1 and name = $2',
@@ -78,27 +129,25 @@ async function serve(): Promise<void> {
     });
     // the remembered caller's answer stands while the epoch it was read at does (src/auth/plain-callers.ts)
     if (epochs.get(tokenHash) !== entity.access_epoch) epochs.set(tokenHash, entity.access_epoch);
-    const id = crypto.randomUUID();
-    const created = Math.floor(Date.now() / 1000);
-    const [, callbackToken] = await Promise.all([
-      pool.query({
-        name: 'least_whole_run',
-        text: `with run as (insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $2, $3) returning id) insert into ${LEAST_JOBS_TABLE} (run_id, due_at) select id, now() from run`,
-        values: [id, entity.id, JSON.stringify({ vm: entity.name })],
-      }),
-      new SignJWT({ env: envId }).setProtectedHeader({ alg: 'HS256' }).setSubject(id).setIssuedAt(created).setExpirationTime(created + 3600).sign(callbackKey),
-    ]);
-    const sent = send(id, JSON.stringify({ vm: entity.name, runId: id, callbackToken }));
-    res.writeHead(202, { 'content-type': 'application/json', 'x-request-id': requestId }).end(JSON.stringify({ id }));
-    logRequest({ requestId, method: req.method, path: req.url, status: 202, durationMs: Date.now() - started });
-    await sent;
+    return entity;
   };
+  /** The run, committed; with its job row in the same statement when `withJob`. */
+  const insertRun = (withJob: boolean, id: string, entityId: string, body: string) =>
+    withJob
+      ? pool.query({
+          name: 'least_whole_run',
+          text: `with run as (insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $2, $3) returning id) insert into ${LEAST_JOBS_TABLE} (run_id, due_at) select id, now() from run`,
+          values: [id, entityId, body],
+        })
+      : pool.query({ name: 'least_run', text: `insert into ${LEAST_RUNS_TABLE} (id, entity_id, body) values ($1, $2, $3)`, values: [id, entityId, body] });
   const server = createServer((req, res) => {
     if (req.method === 'GET') return void res.writeHead(req.url === '/healthz' ? 200 : 404).end();
     req.resume();
     req.on('end', async () => {
       try {
-        await (req.url === '/whole' ? whole(req, res) : least(res));
+        const rung = LADDER[req.url === '/' ? 'plain' : (req.url ?? '').slice(1)];
+        if (!rung) return void res.writeHead(404).end();
+        await trigger(rung, req, res);
       } catch (error) {
         console.error(error);
         if (!res.headersSent) res.writeHead(500).end(String(error));

@@ -2,7 +2,7 @@ import type { PlainCallers } from './auth/plain-callers';
 import type { Config } from './config';
 import type { Db } from './db/client';
 import type { Logger } from './logger';
-import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler, Mailer } from './platform';
+import type { BootstrapMemo, ChangeStreams, Clock, DeliveryScheduler, Mailer, SignHs256 } from './platform';
 import type { Auth } from './auth/sessions';
 import type { Caller, CallerState } from './auth/caller';
 import type { ChangeRow } from './stream/feed';
@@ -48,6 +48,8 @@ export interface ServiceContext {
   readonly committedChanges: Map<string, ChangeRow[]>;
   /** See Platform.plainCallers. */
   readonly plainCallers?: PlainCallers;
+  /** See Platform.signHs256. */
+  readonly signHs256?: SignHs256;
   readonly requestId: string;
 }
 

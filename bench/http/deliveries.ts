@@ -66,7 +66,7 @@ const RUNGS: { rung: RungName; label: string; adds: string }[] = [
   { rung: 'read', label: 'and the read', adds: 'the entity read by name' },
   { rung: 'plain', label: 'least work', adds: 'a run inserted and committed: what the row must do' },
   { rung: 'outbox', label: 'and the outbox', adds: 'the token hashed, the access epoch read with the entity, and the job row in the run\'s statement' },
-  { rung: 'signed', label: 'and the callback token', adds: 'a callback token signed by jose beside the insert, in the payload' },
+  { rung: 'signed', label: 'and the callback token', adds: 'a callback token signed by fast-jwt, as the Node host signs it, in the payload' },
   { rung: 'whole', label: 'least work kept whole', adds: 'a request id and a log line, and the webhook before the 202' },
 ];
 

@@ -1,4 +1,7 @@
+import { hmac } from '@noble/hashes/hmac.js';
+import { sha256 } from '@noble/hashes/sha2.js';
 import { jwtVerify, SignJWT, errors } from 'jose';
+import type { Hs256Signer, SignHs256 } from '../platform';
 import type { Secret } from '../secret';
 
 /**
@@ -6,6 +9,8 @@ import type { Secret } from '../secret';
  * checked by jose, that names one run of one tenant and expires with the run.
  * Its key is derived from AUTH_SECRET for this purpose alone, so a token of
  * another kind signed with AUTH_SECRET never passes as a callback token.
+ * A host with a synchronous HS256 signer (Platform.signHs256: Node's) signs
+ * with it instead: the same bytes, without WebCrypto's thread-pool hop.
  */
 
 export interface CallbackClaims {
@@ -17,6 +22,8 @@ export interface CallbackClaims {
 
 const AUDIENCE = 'cellplane:run-callback';
 const ISSUER = 'cellplane';
+
+const KEY_LABEL = 'cellplane run callback token v1';
 
 const keys = new Map<string, Promise<CryptoKey>>();
 
@@ -32,7 +39,7 @@ function callbackKey(authSecret: Secret): Promise<CryptoKey> {
     key = (async () => {
       const hmac = { name: 'HMAC', hash: 'SHA-256' };
       const secretKey = await crypto.subtle.importKey('raw', new TextEncoder().encode(raw), hmac, false, ['sign']);
-      const derived = await crypto.subtle.sign('HMAC', secretKey, new TextEncoder().encode('cellplane run callback token v1'));
+      const derived = await crypto.subtle.sign('HMAC', secretKey, new TextEncoder().encode(KEY_LABEL));
       return crypto.subtle.importKey('raw', derived, hmac, false, ['sign', 'verify']);
     })();
     keys.set(raw, key);
@@ -40,20 +47,42 @@ function callbackKey(authSecret: Secret): Promise<CryptoKey> {
   return key;
 }
 
+/** Each host's signer, by the secret it signs for: the derived key computed and handed to the host once. */
+const signers = new WeakMap<SignHs256, Map<string, Hs256Signer>>();
+
+/** callbackKey's bytes, derived synchronously (@noble/hashes), in the signer of `signHs256`. */
+function callbackSigner(authSecret: Secret, signHs256: SignHs256): Hs256Signer {
+  const raw = authSecret.reveal();
+  let bySecret = signers.get(signHs256);
+  if (!bySecret) signers.set(signHs256, (bySecret = new Map()));
+  let signer = bySecret.get(raw);
+  if (!signer) {
+    const encode = (text: string) => new TextEncoder().encode(text);
+    bySecret.set(raw, (signer = signHs256(hmac(sha256, encode(raw), encode(KEY_LABEL)))));
+  }
+  return signer;
+}
+
 /**
  * `issuedAt` defaults to now; the run engine passes the run's creation time,
  * so every attempt of a run carries the same token (and the same body). A
  * trigger that hands its run to a slot of the Node job runner signs it the
- * same way while the run is written (LeasedJob.callbackToken).
+ * same way while the run is written (LeasedJob.callbackToken). With
+ * `signHs256` (Platform.signHs256) the host signs, synchronously: the claims
+ * in jose's order, so the token is the one jose would make.
  */
-export async function signCallbackToken(authSecret: Secret, claims: CallbackClaims, expiresAt: Date, issuedAt?: Date): Promise<string> {
-  return new SignJWT({ org: claims.orgId, prj: claims.projectId, env: claims.envId })
+export async function signCallbackToken(authSecret: Secret, claims: CallbackClaims, expiresAt: Date, issuedAt?: Date, signHs256?: SignHs256): Promise<string> {
+  const iat = Math.floor((issuedAt ?? new Date()).getTime() / 1000);
+  const exp = Math.floor(expiresAt.getTime() / 1000);
+  const tenancy = { org: claims.orgId, prj: claims.projectId, env: claims.envId };
+  if (signHs256) return callbackSigner(authSecret, signHs256)({ ...tenancy, sub: claims.runId, aud: AUDIENCE, iss: ISSUER, iat, exp });
+  return new SignJWT(tenancy)
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setSubject(claims.runId)
     .setAudience(AUDIENCE)
     .setIssuer(ISSUER)
-    .setIssuedAt(issuedAt ? Math.floor(issuedAt.getTime() / 1000) : undefined)
-    .setExpirationTime(Math.floor(expiresAt.getTime() / 1000))
+    .setIssuedAt(iat)
+    .setExpirationTime(exp)
     .sign(await callbackKey(authSecret));
 }
 

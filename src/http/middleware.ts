@@ -169,6 +169,7 @@ class RequestServices implements ServiceContext {
   readonly changedEnvironments = new Set<string>();
   readonly committedChanges = new Map<string, ChangeRow[]>();
   readonly plainCallers: ServiceContext['plainCallers'];
+  readonly signHs256: ServiceContext['signHs256'];
   /** Set by the middleware once the request is authenticated, before any handler runs. */
   callerState!: CallerState;
   readonly #platform: Platform;
@@ -187,6 +188,7 @@ class RequestServices implements ServiceContext {
     this.deliveries = platform.deliveries;
     this.changes = platform.changes;
     this.plainCallers = platform.plainCallers;
+    this.signHs256 = platform.signHs256;
     this.mailer = platform.mailer;
   }
 

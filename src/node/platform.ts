@@ -1,10 +1,11 @@
 import { hash } from 'node:crypto';
+import { createSigner } from 'fast-jwt';
 import { PlainCallers } from '../auth/plain-callers';
 import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
 import type { Db } from '../db/client';
-import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Mailer, type Platform, type RateLimits } from '../platform';
+import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Mailer, type Platform, type RateLimits, type SignHs256 } from '../platform';
 import { ChangeHub, type HubOptions } from '../stream/hub';
 import { openSseResponse } from '../stream/sse-response';
 import { openSseOnSocket } from './sse-socket';
@@ -18,6 +19,12 @@ import { keepStatistics, migrateDatabase, openPglite, openPostgres, type NodeDat
 import { loadOrCreateLocalSecrets } from './local-secrets';
 import { NodeRateLimits } from './rate-limit-store';
 import { createNodeMailer } from './mailer';
+
+/** Platform.signHs256: fast-jwt's signer, synchronous over node:crypto's HMAC. */
+export const signHs256: SignHs256 = (key) => {
+  const sign = createSigner({ key: Buffer.from(key), algorithm: 'HS256' });
+  return (claims) => sign(claims);
+};
 
 export interface NodePlatform {
   platform: Platform;
@@ -167,6 +174,7 @@ export function platformOnSharedDatabase(options: {
     plainCallers: new PlainCallers(),
     // the one-shot hash (Node ≥ 20.12, Deno 2): half the cost of a Hash object per request
     sha256Hex: (text) => hash('sha256', text, 'hex'),
+    signHs256,
     executionContext: false,
   };
 }
@@ -199,6 +207,7 @@ export function platformWithJobRunner(
     fetch: guardedFetch(options.config.outboundAllowedHosts),
     ports: runPorts,
     namedStatements: options.namedStatements ?? false,
+    signHs256,
     ...options.engine,
   });
   const jobs = new JobRunner(engine, options.runner);

@@ -81,8 +81,8 @@ export interface LeasedJob {
   /**
    * The run's callback token, when whoever leased the job signed it already:
    * a trigger handing its run to a free slot signs it while the run is being
-   * written, so the attempt goes out without waiting on WebCrypto, whose
-   * answer comes from another thread after the trigger's 202 is written.
+   * written, so the attempt goes out without signing first (jose, where the
+   * host has no signer of its own, answers from WebCrypto's thread).
    * The same token every attempt signs (signCallbackToken is deterministic).
    */
   callbackToken?: string;
@@ -169,7 +169,7 @@ function attemptOf(engine: RunEngine, { job, callbackToken: signed }: LeasedJob,
     conceal,
     async templateContext(secretNames) {
       const tenancy = { runId: run.id, orgId: run.orgId, projectId: run.projectId, envId: run.envId };
-      const callbackToken = signed ?? (await signCallbackToken(engine.config.authSecret, tenancy, run.timeoutAt, run.createdAt));
+      const callbackToken = signed ?? (await signCallbackToken(engine.config.authSecret, tenancy, run.timeoutAt, run.createdAt, engine.signHs256));
       conceal(callbackToken);
       try {
         const context = await templateContext(engine, run, callbackToken, secretNames);

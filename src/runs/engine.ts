@@ -1,7 +1,7 @@
 import type { Config } from '../config';
 import type { Db, Queryable, Tx } from '../db/client';
 import type { Logger } from '../logger';
-import type { Clock } from '../platform';
+import type { Clock, SignHs256 } from '../platform';
 import type { Secret } from '../secret';
 import type { ResolveHost } from './outbound-guard';
 
@@ -82,11 +82,13 @@ export interface RunEngine {
    * parse and plan per connection (Platform.namedStatements). Default false.
    */
   namedStatements: boolean;
+  /** The host's synchronous signer for the callback token (Platform.signHs256); without it, jose. */
+  signHs256?: SignHs256;
 }
 
 /** The engine on a host's database handle, with the settings of its config. */
 export function createRunEngine(
-  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost' | 'namedStatements'>>,
+  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost' | 'namedStatements' | 'signHs256'>>,
 ): RunEngine {
   return {
     random: Math.random,

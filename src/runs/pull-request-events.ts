@@ -6,7 +6,7 @@ import type { Db, Queryable } from '../db/client';
 import { actionRuns, ACTIVE_RUN_STATUSES } from '../db/schema';
 import { ApiError } from '../http/errors';
 import type { Logger } from '../logger';
-import type { Clock } from '../platform';
+import type { Clock, SignHs256 } from '../platform';
 import { recordDispatchAttempt, resolveCodehostCredential, type CodehostCredential } from './codehost-credentials';
 import type { RunPorts } from './engine';
 import { GitHubCallError, GitHubClient } from './github-client';
@@ -63,6 +63,8 @@ export interface PullRequestEventDeps {
   /** Where the entity's environment is noted when it moves (the request's changedEnvironments). */
   changes: Set<string>;
   ports: RunPorts;
+  /** Platform.signHs256: the run's callback token signed as its delivery attempts sign it. */
+  signHs256?: SignHs256;
 }
 
 export type PullRequestRunOutcome =
@@ -201,6 +203,7 @@ async function sendPostMergeDispatch(deps: PullRequestEventDeps, run: RunRow, ev
       { runId: run.id, orgId: run.orgId, projectId: run.projectId, envId: run.envId },
       run.timeoutAt,
       run.createdAt,
+      deps.signHs256,
     );
     concealed.push(callbackToken);
     const names = [...new Set([...referencedSecrets(trigger.postMergeDispatch), ...referencedSecrets(trigger.auth ?? {})])];

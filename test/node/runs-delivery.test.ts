@@ -9,6 +9,8 @@ import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../s
 import { webhookAction } from '../support/run-fixtures';
 import type { LookupAddress } from 'node:dns';
 import { guardedFetch } from '../../src/node/outbound-fetch';
+import { signHs256 } from '../../src/node/platform';
+import { signCallbackToken } from '../../src/auth/callback-token';
 import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
 import { countStatements } from '../support/statement-counter';
 import { eventually } from '../support/eventually';
@@ -499,6 +501,12 @@ describe('outbound delivery', () => {
         expect(second).toEqual(first);
         // names the run; its signature is the callback's to check, below
         expect(decodeJwt(first!.callbackToken).sub).toBe(run.id);
+        // the Node host signed both itself (Platform.signHs256), and made the token jose makes
+        expect(quiet.api.platform.signHs256).toBe(signHs256);
+        expect(quiet.api.engine.signHs256).toBe(signHs256);
+        const [written] = await quiet.api.db.select().from(actionRuns).where(eq(actionRuns.id, run.id));
+        const tenancy = { runId: run.id, orgId: written!.orgId, projectId: written!.projectId, envId: written!.envId };
+        expect(first!.callbackToken).toBe(await signCallbackToken(quiet.api.platform.config.authSecret, tenancy, written!.timeoutAt, written!.createdAt));
         await eventually(async () => ((await quiet.run(run.id)).status === 'running' ? true : undefined));
         const completed = await quiet.api.call('POST', new URL(first!.callbackUrl).pathname, {
           headers: { authorization: `Bearer ${first!.callbackToken}` },

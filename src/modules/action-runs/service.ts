@@ -231,9 +231,9 @@ export async function triggerAction(
     const [written, callbackToken] = await Promise.all([
       // the run and its delivery job in one statement: both commit, or neither (the outbox)
       insertRunWithJob(ctx, newRun, slot?.leaseUntil ?? null),
-      // the slot's first attempt goes out at once, without waiting on WebCrypto (another thread) for its callback token;
+      // the slot's first attempt goes out at once, its callback token signed while the insert is out;
       // should signing fail here, the attempt signs for itself and meets the failure there
-      slot ? signCallbackToken(ctx.config.authSecret, { runId, ...tenancy }, timeoutAt, now).catch(() => undefined) : undefined,
+      slot ? signCallbackToken(ctx.config.authSecret, { runId, ...tenancy }, timeoutAt, now, ctx.signHs256).catch(() => undefined) : undefined,
     ]);
     row = written.run;
     slot?.start({ ...written, callbackToken });

@@ -64,6 +64,7 @@ const eventDeps = (ctx: ServiceContext): PullRequestEventDeps => ({
   clock: ctx.clock,
   changes: ctx.changedEnvironments,
   ports: runPorts,
+  signHs256: ctx.signHs256,
 });
 
 // --- the App webhook ------------------------------------------------------------------

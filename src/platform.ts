@@ -130,6 +130,8 @@ export interface Mailer {
 export type Hs256Signer = (claims: Record<string, unknown>) => string;
 /** A host's synchronous HS256 signer for `key` (Platform.signHs256). */
 export type SignHs256 = (key: Uint8Array) => Hs256Signer;
+/** HMAC-SHA256 of a message's UTF-8 with `key`, synchronously, where the host has a native one (RunEngine.hmacSha256). */
+export type HmacSha256 = (key: Uint8Array, message: string) => Uint8Array;
 
 export interface Platform {
   config: Config;

@@ -1,11 +1,11 @@
-import { hash } from 'node:crypto';
+import { createHmac, hash } from 'node:crypto';
 import { createSigner } from 'fast-jwt';
 import { PlainCallers } from '../auth/plain-callers';
 import { join, resolve } from 'node:path';
 import { loadConfig, type Config } from '../config';
 import { createLogger, type Logger, type LogSink } from '../logger';
 import type { Db } from '../db/client';
-import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type Mailer, type Platform, type RateLimits, type SignHs256 } from '../platform';
+import { systemClock, type ChangeStreams, type Clock, type DeliveryScheduler, type HmacSha256, type Mailer, type Platform, type RateLimits, type SignHs256 } from '../platform';
 import { ChangeHub, type HubOptions } from '../stream/hub';
 import { openSseResponse } from '../stream/sse-response';
 import { openSseOnSocket } from './sse-socket';
@@ -25,6 +25,9 @@ export const signHs256: SignHs256 = (key) => {
   const sign = createSigner({ key: Buffer.from(key), algorithm: 'HS256' });
   return (claims) => sign(claims);
 };
+
+/** RunEngine.hmacSha256: node:crypto's, for `webhook-signature`. */
+export const hmacSha256: HmacSha256 = (key, message) => createHmac('sha256', key).update(message).digest();
 
 export interface NodePlatform {
   platform: Platform;
@@ -208,6 +211,7 @@ export function platformWithJobRunner(
     ports: runPorts,
     namedStatements: options.namedStatements ?? false,
     signHs256,
+    hmacSha256,
     ...options.engine,
   });
   const jobs = new JobRunner(engine, options.runner);

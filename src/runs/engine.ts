@@ -1,7 +1,7 @@
 import type { Config } from '../config';
 import type { Db, Queryable, Tx } from '../db/client';
 import type { Logger } from '../logger';
-import type { Clock, SignHs256 } from '../platform';
+import type { Clock, HmacSha256, SignHs256 } from '../platform';
 import type { Secret } from '../secret';
 import type { ResolveHost } from './outbound-guard';
 
@@ -84,11 +84,17 @@ export interface RunEngine {
   namedStatements: boolean;
   /** The host's synchronous signer for the callback token (Platform.signHs256); without it, jose. */
   signHs256?: SignHs256;
+  /**
+   * The host's synchronous HMAC for `webhook-signature` (Node: node:crypto).
+   * Without it WebCrypto signs, which on Node is two thread-pool round trips
+   * an attempt (the key's import and the signature), as jose's were.
+   */
+  hmacSha256?: HmacSha256;
 }
 
 /** The engine on a host's database handle, with the settings of its config. */
 export function createRunEngine(
-  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost' | 'namedStatements' | 'signHs256'>>,
+  parts: Pick<RunEngine, 'db' | 'config' | 'logger' | 'clock' | 'ports'> & Partial<Pick<RunEngine, 'random' | 'fetch' | 'resolveHost' | 'namedStatements' | 'signHs256' | 'hmacSha256'>>,
 ): RunEngine {
   return {
     random: Math.random,

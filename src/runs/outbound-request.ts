@@ -1,5 +1,6 @@
 import { SignJWT } from 'jose';
 import { z } from '@hono/zod-openapi';
+import type { HmacSha256 } from '../platform';
 import { Credential, HeaderName, TemplateString } from './trigger-fields';
 
 /**
@@ -58,12 +59,15 @@ function base64(bytes: Uint8Array): string {
 /**
  * Standard Webhooks: HMAC-SHA256 over `id.timestamp.body`, base64, as
  * `v1,<signature>`. A `whsec_`-prefixed secret is base64 key material (the
- * scheme's own format); any other secret is used as its UTF-8 bytes.
+ * scheme's own format); any other secret is used as its UTF-8 bytes. With
+ * `hmacSha256` (RunEngine.hmacSha256) the host computes it; else WebCrypto.
  */
-export async function signWebhook(secret: string, id: string, timestamp: number, body: string): Promise<string> {
+export async function signWebhook(secret: string, id: string, timestamp: number, body: string, hmacSha256?: HmacSha256): Promise<string> {
   const keyBytes = secret.startsWith('whsec_') ? Uint8Array.from(atob(secret.slice(6)), (ch) => ch.charCodeAt(0)) : utf8(secret);
+  const message = `${id}.${timestamp}.${body}`;
+  if (hmacSha256) return `v1,${base64(hmacSha256(keyBytes, message))}`;
   const key = await crypto.subtle.importKey('raw', keyBytes, { name: 'HMAC', hash: 'SHA-256' }, false, ['sign']);
-  const signature = new Uint8Array(await crypto.subtle.sign('HMAC', key, utf8(`${id}.${timestamp}.${body}`)));
+  const signature = new Uint8Array(await crypto.subtle.sign('HMAC', key, utf8(message)));
   return `v1,${base64(signature)}`;
 }
 
@@ -89,7 +93,7 @@ async function authorization(auth: NonNullable<OutboundRequestSpec['auth']>, now
 
 export async function buildOutboundRequest(
   trigger: OutboundRequestSpec,
-  delivery: { webhookId: string; now: Date; signingSecret?: string },
+  delivery: { webhookId: string; now: Date; signingSecret?: string; hmacSha256?: HmacSha256 },
 ): Promise<OutboundRequest> {
   const headers = new Headers({ 'user-agent': USER_AGENT });
   for (const [name, value] of Object.entries(trigger.headers ?? {})) headers.set(name, value);
@@ -104,7 +108,7 @@ export async function buildOutboundRequest(
   headers.set('webhook-id', delivery.webhookId);
   headers.set('webhook-timestamp', String(timestamp));
   if (delivery.signingSecret !== undefined) {
-    headers.set('webhook-signature', await signWebhook(delivery.signingSecret, delivery.webhookId, timestamp, body ?? ''));
+    headers.set('webhook-signature', await signWebhook(delivery.signingSecret, delivery.webhookId, timestamp, body ?? '', delivery.hmacSha256));
   }
   return { url: trigger.url, method: trigger.method, headers, body };
 }

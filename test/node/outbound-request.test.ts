@@ -3,6 +3,7 @@ import { jwtVerify } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { WebhookTrigger } from '../../src/modules/actions/schemas';
 import { buildOutboundRequest, signWebhook } from '../../src/runs/outbound-request';
+import { hmacSha256 } from '../../src/node/platform';
 
 const now = new Date('2026-11-21T10:00:00.000Z');
 const trigger = (fields: Record<string, unknown>) => WebhookTrigger.parse({ type: 'webhook', url: 'https://hooks.example.com/x', ...fields });
@@ -55,5 +56,16 @@ describe('outbound request', () => {
     expect(await signWebhook('plain-secret', 'msg_1', now.getTime() / 1000, body)).toBe(`v1,${plain}`);
     const request = await buildOutboundRequest(trigger({ payload: { a: 1 } }), { webhookId: 'msg_1', now, signingSecret: 'plain-secret' });
     expect(request.headers.get('webhook-signature')).toBe(`v1,${plain}`);
+  });
+
+  it("signs the same with the Node host's own HMAC (RunEngine.hmacSha256) as with WebCrypto", async () => {
+    const key = Buffer.from('0123456789abcdef0123456789abcdef');
+    const body = '{"a":1,"text":"é ✓ 🚀"}';
+    for (const secret of [`whsec_${key.toString('base64')}`, 'plain-secret', 'ünïcode-secret']) {
+      expect(await signWebhook(secret, 'msg_2', 1_700_000_000, body, hmacSha256)).toBe(await signWebhook(secret, 'msg_2', 1_700_000_000, body));
+    }
+    const request = await buildOutboundRequest(trigger({ payload: { a: 1 } }), { webhookId: 'msg_1', now, signingSecret: 'plain-secret', hmacSha256 });
+    const expected = createHmac('sha256', 'plain-secret').update(`msg_1.${now.getTime() / 1000}.{"a":1}`).digest('base64');
+    expect(request.headers.get('webhook-signature')).toBe(`v1,${expected}`);
   });
 });

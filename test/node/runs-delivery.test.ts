@@ -9,7 +9,7 @@ import { createTestApi, manualClock, type ApiResponse, type TestApi } from '../s
 import { webhookAction } from '../support/run-fixtures';
 import type { LookupAddress } from 'node:dns';
 import { guardedFetch } from '../../src/node/outbound-fetch';
-import { signHs256 } from '../../src/node/platform';
+import { hmacSha256, signHs256 } from '../../src/node/platform';
 import { signCallbackToken } from '../../src/auth/callback-token';
 import { startReceiver, type Receiver, type ReceivedRequest, type Reply } from '../support/receiver';
 import { countStatements } from '../support/statement-counter';
@@ -504,6 +504,7 @@ describe('outbound delivery', () => {
         // the Node host signed both itself (Platform.signHs256), and made the token jose makes
         expect(quiet.api.platform.signHs256).toBe(signHs256);
         expect(quiet.api.engine.signHs256).toBe(signHs256);
+        expect(quiet.api.engine.hmacSha256).toBe(hmacSha256);
         const [written] = await quiet.api.db.select().from(actionRuns).where(eq(actionRuns.id, run.id));
         const tenancy = { runId: run.id, orgId: written!.orgId, projectId: written!.projectId, envId: written!.envId };
         expect(first!.callbackToken).toBe(await signCallbackToken(quiet.api.platform.config.authSecret, tenancy, written!.timeoutAt, written!.createdAt));

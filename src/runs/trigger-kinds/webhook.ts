@@ -225,7 +225,7 @@ async function send({ trigger: stored, run, engine, signal, templateContext }: A
   if (!verdict.ok) throw new Undeliverable(`refused to call the webhook URL: ${verdict.reason}`);
   let request: OutboundRequest;
   try {
-    request = await buildOutboundRequest(prepared.trigger, { webhookId: run.id, now: engine.clock.now(), signingSecret: prepared.signingSecret });
+    request = await buildOutboundRequest(prepared.trigger, { webhookId: run.id, now: engine.clock.now(), signingSecret: prepared.signingSecret, hmacSha256: engine.hmacSha256 });
   } catch (error) {
     // The same inputs fail the same way on every attempt, so the run fails now
     // rather than the job looping until the reaper. The cause's message is not

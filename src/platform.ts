@@ -1,3 +1,4 @@
+import type { SignHs256 } from './auth/callback-token';
 import type { PlainCallers } from './auth/plain-callers';
 import type { Context } from 'hono';
 import type { Config } from './config';
@@ -125,13 +126,6 @@ export interface MailMessage {
 export interface Mailer {
   send(message: MailMessage): Promise<void>;
 }
-
-/** Signs a JWT's claims (HS256, header `{"alg":"HS256","typ":"JWT"}`) with the key it was made for. */
-export type Hs256Signer = (claims: Record<string, unknown>) => string;
-/** A host's synchronous HS256 signer for `key` (Platform.signHs256). */
-export type SignHs256 = (key: Uint8Array) => Hs256Signer;
-/** HMAC-SHA256 of a message's UTF-8 with `key`, synchronously, where the host has a native one (RunEngine.hmacSha256). */
-export type HmacSha256 = (key: Uint8Array, message: string) => Uint8Array;
 
 export interface Platform {
   config: Config;

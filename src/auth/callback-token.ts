@@ -1,7 +1,6 @@
 import { hmac } from '@noble/hashes/hmac.js';
 import { sha256 } from '@noble/hashes/sha2.js';
 import { jwtVerify, SignJWT, errors } from 'jose';
-import type { Hs256Signer, SignHs256 } from '../platform';
 import type { Secret } from '../secret';
 
 /**
@@ -12,6 +11,11 @@ import type { Secret } from '../secret';
  * A host with a synchronous HS256 signer (Platform.signHs256: Node's) signs
  * with it instead: the same bytes, without WebCrypto's thread-pool hop.
  */
+
+/** Signs a JWT's claims (HS256, header `{"alg":"HS256","typ":"JWT"}`) with the key it was made for. */
+export type Hs256Signer = (claims: Record<string, unknown>) => string;
+/** A host's synchronous HS256 signer for `key` (Platform.signHs256). */
+export type SignHs256 = (key: Uint8Array) => Hs256Signer;
 
 export interface CallbackClaims {
   runId: string;

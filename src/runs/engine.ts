@@ -1,7 +1,9 @@
 import type { Config } from '../config';
 import type { Db, Queryable, Tx } from '../db/client';
 import type { Logger } from '../logger';
-import type { Clock, HmacSha256, SignHs256 } from '../platform';
+import type { SignHs256 } from '../auth/callback-token';
+import type { Clock } from '../platform';
+import type { HmacSha256 } from './outbound-request';
 import type { Secret } from '../secret';
 import type { ResolveHost } from './outbound-guard';
 

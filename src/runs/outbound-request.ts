@@ -1,6 +1,5 @@
 import { SignJWT } from 'jose';
 import { z } from '@hono/zod-openapi';
-import type { HmacSha256 } from '../platform';
 import { Credential, HeaderName, TemplateString } from './trigger-fields';
 
 /**
@@ -55,6 +54,9 @@ function base64(bytes: Uint8Array): string {
   for (const byte of bytes) binary += String.fromCharCode(byte);
   return btoa(binary);
 }
+
+/** HMAC-SHA256 of a message's UTF-8 with `key`, synchronously, where the host has a native one (RunEngine.hmacSha256). */
+export type HmacSha256 = (key: Uint8Array, message: string) => Uint8Array;
 
 /**
  * Standard Webhooks: HMAC-SHA256 over `id.timestamp.body`, base64, as

@@ -1,12 +1,12 @@
 import { and, eq, inArray, isNull, or, sql } from 'drizzle-orm';
-import { signCallbackToken } from '../auth/callback-token';
+import { signCallbackToken, type SignHs256 } from '../auth/callback-token';
 import { SealedSecretError } from '../auth/crypto';
 import type { Config } from '../config';
 import type { Db, Queryable } from '../db/client';
 import { actionRuns, ACTIVE_RUN_STATUSES } from '../db/schema';
 import { ApiError } from '../http/errors';
 import type { Logger } from '../logger';
-import type { Clock, SignHs256 } from '../platform';
+import type { Clock } from '../platform';
 import { recordDispatchAttempt, resolveCodehostCredential, type CodehostCredential } from './codehost-credentials';
 import type { RunPorts } from './engine';
 import { GitHubCallError, GitHubClient } from './github-client';

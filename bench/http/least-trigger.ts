@@ -19,7 +19,7 @@
  * - `relay`: the request taken, 202, then the receiver fetched. No database:
  *   the trigger's two HTTP crossings alone.
  * - `read`: the entity read first.
- * - `plain` (`POST /`): a run inserted and committed after the read. The
+ * - `plain`: a run inserted and committed after the read. The
  *   least work of the row.
  * - `outbox`: the guarantees of what is written: the bearer token hashed and
  *   the access epoch read beside the entity (the remembered caller's check),
@@ -58,9 +58,10 @@ const OUTBOX: Rung = { ...PLAIN, outbox: true };
 const SIGNED: Rung = { ...OUTBOX, sign: true };
 const WHOLE: Rung = { ...SIGNED, envelope: true, webhookFirst: true };
 
-/** The rungs by path, lowest first; `POST /` is `plain`. */
-export const LADDER: Record<string, Rung> = { relay: RELAY, read: READ, plain: PLAIN, outbox: OUTBOX, signed: SIGNED, whole: WHOLE };
+/** The rungs by path (`POST /<rung>`), lowest first. */
+const LADDER = { relay: RELAY, read: READ, plain: PLAIN, outbox: OUTBOX, signed: SIGNED, whole: WHOLE } satisfies Record<string, Rung>;
 export type RungName = keyof typeof LADDER;
+const isRung = (name: string): name is RungName => Object.hasOwn(LADDER, name);
 
 /** The two tables the least work writes (the bench's write-per-delivery loop writes the first too, once the child is ready); dropped by dropLeastTables. */
 async function createLeastTables(pool: pg.Pool | pg.Client): Promise<void> {
@@ -143,9 +144,9 @@ async function serve(): Promise<void> {
     req.resume();
     req.on('end', async () => {
       try {
-        const rung = LADDER[req.url === '/' ? 'plain' : (req.url ?? '').slice(1)];
-        if (!rung) return void res.writeHead(404).end();
-        await trigger(rung, req, res);
+        const name = (req.url ?? '').slice(1);
+        if (!isRung(name)) return void res.writeHead(404).end();
+        await trigger(LADDER[name], req, res);
       } catch (error) {
         console.error(error);
         if (!res.headersSent) res.writeHead(500).end(String(error));

@@ -494,6 +494,22 @@ describe('action runs API', () => {
       expect(done.status, JSON.stringify(done.body)).toBe(200);
       expect(done.body).toMatchObject({ status: 'succeeded', entityId: null });
     });
+
+    it("deleting an environment deletes its runs and their jobs, and leaves another environment's alone", async () => {
+      // a run's organization and project carry no foreign keys (migrations/0010): its environment's does the deleting
+      expect((await api.call('POST', `${proj}/envs`, { token: owner, body: { name: 'doomed' } })).status).toBe(201);
+      const doomed = `${proj}/envs/doomed`;
+      const pending = await triggered((await createEntity({}, doomed)).name, 'deploy', { envPath: doomed });
+      const kept = await triggered((await createEntity()).name);
+      const jobOf = async (runId: string) => api.db.select().from(deliveryJobs).where(eq(deliveryJobs.runId, runId));
+      expect(await jobOf(pending.id)).toHaveLength(1);
+
+      expect((await api.call('DELETE', doomed, { token: owner })).status).toBe(200);
+      expect(await api.db.select().from(actionRuns).where(eq(actionRuns.id, pending.id))).toEqual([]);
+      expect(await jobOf(pending.id)).toEqual([]);
+      expect((await getRun(kept.id)).body.status).toBe('pending');
+      expect(await jobOf(kept.id)).toHaveLength(1);
+    });
   });
 
   it('a cell-scoped token sees, cancels and triggers runs only on entities in its cells', async () => {

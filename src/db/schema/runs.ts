@@ -3,7 +3,7 @@ import { check, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex, u
 import { actions } from './actions';
 import { createdAt, id, optionalTimestamp } from './columns';
 import { entities } from './runtime';
-import { envId, orgId, projectId } from './tenancy';
+import { envId } from './tenancy';
 
 /**
  * Action runs (SPEC ActionRun; DECISIONS §4) and the machinery that carries
@@ -20,8 +20,14 @@ export const actionRuns = pgTable(
   'action_runs',
   {
     id: id(),
-    orgId: orgId(),
-    projectId: projectId(),
+    /**
+     * The run's organization and project, for reads; no foreign keys of
+     * their own: the environment's (env_id) cascades from both, and each
+     * key a run's insert checks costs its trigger a lookup and a row lock
+     * (bench/http-results.md, "2026-11-29, evening").
+     */
+    orgId: uuid('org_id').notNull(),
+    projectId: uuid('project_id').notNull(),
     envId: envId(),
     /** The definition it ran; null once the action is deleted (the run's record stays). */
     actionId: uuid('action_id').references(() => actions.id, { onDelete: 'set null' }),
@@ -99,7 +105,8 @@ export const deliveryJobs = pgTable(
     runId: uuid('run_id')
       .primaryKey()
       .references(() => actionRuns.id, { onDelete: 'cascade' }),
-    envId: envId(),
+    /** The run's environment; no foreign key of its own: the job goes with its run, and the run with its environment. */
+    envId: uuid('env_id').notNull(),
     /** The number of the next attempt, from 1. */
     attempt: integer('attempt').notNull().default(1),
     runAt: optionalTimestamp('run_at').notNull(),

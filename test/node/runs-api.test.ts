@@ -166,6 +166,21 @@ describe('action runs API', () => {
       expect(read.body).toEqual(response.body);
     });
 
+    it('answers with the run as stored: what a GET reads back, for nested, reordered and unusual values', async () => {
+      // the 202 is built from what the trigger wrote, not read back (src/modules/action-runs/fast-path.ts)
+      const recommendations = {
+        zeta: { b: [1, 2.5, -0, 1e21, 0.30000000000000004], a: null, 'ü-ß': 'ünïcødé ✓', '10': true, '9': false },
+        alpha: [{ y: 'x', x: 'y' }, [], {}],
+        empty: '',
+      };
+      const created = await triggered((await createEntity()).name, 'deploy', { body: { parameters: { replicas: 3 }, recommendations } });
+      const read = await getRun(created.id);
+      expect(read.status).toBe(200);
+      expect(read.body).toEqual(created);
+      expect(JSON.parse(JSON.stringify(read.body.recommendations))).toEqual(JSON.parse(JSON.stringify(recommendations)));
+      expect(read.body.parameters).toEqual({ size: 'small', replicas: 3 });
+    });
+
     it('takes a trigger with no body at all: parameters take their defaults', async () => {
       const entity = await createEntity();
       clock.advance(1000);

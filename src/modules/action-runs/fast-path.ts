@@ -31,19 +31,22 @@ const plainTriggerRead = perHandle((db, shape, name) => {
     .prepare(name);
 }, 'cellplane_trigger_read');
 
-/** The same read for a remembered caller: the access epoch now, and the entity and action in its environment and project (null where missing). */
-const rememberedTriggerRead = oncePerHandle(
-  (db, name) =>
-    db
-      .select({ epoch: accessEpochValue().as('access_epoch'), entity: entities, action: actions })
-      .from(accessEpoch)
-      .leftJoin(entities, and(eq(entities.envId, sql.placeholder('envId')), eq(entities.name, sql.placeholder('entity'))))
-      .leftJoin(actions, and(eq(actions.projectId, sql.placeholder('projectId')), eq(actions.name, sql.placeholder('action'))))
-      .where(accessEpochRow())
-      .limit(1)
-      .prepare(name),
-  'cellplane_trigger_read_remembered',
-);
+/**
+ * The same read for a remembered caller: the access epoch now, and the
+ * entity and action in its environment and project (null where missing).
+ * Exported unprepared for the bench's least work (bench/http/least-trigger.ts).
+ */
+export function rememberedTriggerReadQuery(db: Queryable) {
+  return db
+    .select({ epoch: accessEpochValue().as('access_epoch'), entity: entities, action: actions })
+    .from(accessEpoch)
+    .leftJoin(entities, and(eq(entities.envId, sql.placeholder('envId')), eq(entities.name, sql.placeholder('entity'))))
+    .leftJoin(actions, and(eq(actions.projectId, sql.placeholder('projectId')), eq(actions.name, sql.placeholder('action'))))
+    .where(accessEpochRow())
+    .limit(1);
+}
+
+const rememberedTriggerRead = oncePerHandle((db, name) => rememberedTriggerReadQuery(db).prepare(name), 'cellplane_trigger_read_remembered');
 
 export type TriggerRead = {
   tenancy: { orgId: string; projectId: string; envId: string };
@@ -113,9 +116,14 @@ const RUN_COLUMNS = [
 
 export type NewRun = { [K in (typeof RUN_COLUMNS)[number]]-?: Exclude<RunInsert[K], undefined | SQL> };
 
-const runInsert = oncePerHandle((db: Queryable, name) => {
+/**
+ * The run and its first delivery job, one statement; every value a
+ * placeholder (RUN_COLUMNS, and `leaseUntil`). Exported unprepared for the
+ * bench's least work (bench/http/least-trigger.ts).
+ */
+export function runInsertQuery(db: Queryable) {
   const values = Object.fromEntries(RUN_COLUMNS.map((column) => [column, sql.placeholder(column)])) as unknown as RunInsert;
-  const inserted = db.$with('inserted').as(db.insert(actionRuns).values(values).returning());
+  const inserted = db.$with('inserted').as(db.insert(actionRuns).values(values).returning({ id: actionRuns.id }));
   const queued = db.$with('queued').as(
     db
       .insert(deliveryJobs)
@@ -130,16 +138,26 @@ const runInsert = oncePerHandle((db: Queryable, name) => {
       } as unknown as typeof deliveryJobs.$inferInsert)
       .returning({ runId: deliveryJobs.runId }),
   );
-  return db.with(inserted, queued).select().from(inserted).prepare(name);
-}, 'cellplane_trigger_insert');
+  return db.with(inserted, queued).select({ id: inserted.id }).from(inserted);
+}
+
+const runInsert = oncePerHandle((db, name) => runInsertQuery(db).prepare(name), 'cellplane_trigger_insert');
 
 /**
  * The run and its first delivery job in one statement: both commit, or
  * neither (the outbox). The job is leased until `leaseUntil` when a runner's
  * slot takes it at once, else held by nobody. Built once per database handle.
+ *
+ * The run written is `run` and the columns a new run leaves empty: every
+ * value is the caller's, so the row is not read back. Returning it cost the
+ * trigger about 80 µs of a round trip that decodes 30 columns
+ * (bench/http-results.md, "2026-11-29, evening"). A jsonb value read later
+ * may list an object's members in another order (Postgres's); the members
+ * are the same.
  */
 export async function insertRunWithJob(ctx: ServiceContext, run: NewRun, leaseUntil: Date | null): Promise<{ run: RunRow; job: DeliveryJob }> {
-  const [row] = (await runInsert(ctx).execute({ ...run, leaseUntil: leaseUntil?.toISOString() ?? null })) as RunRow[];
+  const [written] = await runInsert(ctx).execute({ ...run, leaseUntil: leaseUntil?.toISOString() ?? null });
+  if (!written) throw new Error(`the run ${run.id} was not written`);
   const job = { runId: run.id, envId: run.envId, attempt: 1, runAt: run.createdAt, leaseUntil, dispatchedAt: null, createdAt: run.createdAt };
-  return { run: row!, job };
+  return { run: { ...run, startedAt: null, completedAt: null, error: null, output: null }, job };
 }

@@ -41,7 +41,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { positiveInteger } from '../harness';
 import { cpuMs } from './cpu';
-import { dropLeastTables, LEAST_RUNS_TABLE, type RungName } from './least-trigger';
+import { deleteLeastRuns, dropLeastTables, LEAST_RUNS_TABLE, type RungName } from './least-trigger';
 import { startLeastTrigger } from './server';
 import { atLeast, atMost, callApi, type HttpTarget, type Row } from './target';
 
@@ -68,6 +68,8 @@ const RUNGS: { rung: RungName; label: string; adds: string }[] = [
   { rung: 'outbox', label: 'and the outbox', adds: 'the token hashed, the access epoch read with the entity, and the job row in the run\'s statement' },
   { rung: 'signed', label: 'and the callback token', adds: 'a callback token signed by fast-jwt, as the Node host signs it, in the payload' },
   { rung: 'whole', label: 'least work kept whole', adds: 'a request id and a log line, and the webhook before the 202' },
+  { rung: 'appread', label: "and the app's read", adds: "the app's own read in place of the ladder's: the access epoch, the entity and the action, every column" },
+  { rung: 'stored', label: "and the app's insert", adds: "the app's own insert in place of the ladder's: the run the app stores, with its job, into the app's tables" },
 ];
 
 interface Receiver {
@@ -181,26 +183,32 @@ async function inParallel(count: number, concurrency: number, work: () => Promis
 }
 
 /**
- * The least work of the two rows, bare: `pg` (a pool of the app's size, named
- * statements) and node:http, in this process, on the app's database. Tables
- * of its own, dropped at the end, so the app's tables are not touched.
+ * The least work of the two rows, bare, on the app's database: `pg` (a pool
+ * of the app's size, named statements) and node:http.
  *
  * - `trigger(rung)`: a fetch to the bare node:http server of
- *   ./least-trigger.ts at one rung of its ladder (LADDER there): from the two
- *   HTTP crossings alone (`relay`), through the entity read, the run
- *   committed (`plain`: the row's least work), the outbox and the token
- *   check, the callback token, to the least work kept whole (`whole`), each
- *   rung one step more than the one below; resolves with the run's id.
- * - `record(id)`: what a delivery must write once answered: one row, committed.
+ *   ./least-trigger.ts, a child process of its own, at one rung of its ladder
+ *   (LADDER there): from the two HTTP crossings alone (`relay`), through the
+ *   entity read, the run committed (`plain`: the row's least work), the
+ *   outbox and the token check, the callback token, to the least work kept
+ *   whole (`whole`), and then the app's own read (`appread`) and insert
+ *   (`stored`) in place of the ladder's, each rung one step more than the one below;
+ *   resolves with the run's id. The ladder writes tables of its own, dropped
+ *   at the end; the `stored` rung writes the app's, and its runs are deleted
+ *   at the end.
+ * - `record(id)`: what a delivery must write once answered: one row,
+ *   committed, from this process beside its bare fetch.
  */
-/**
- * The trigger's least work, plain and kept whole, in a child process of its
- * own (./least-trigger.ts); and the write-per-delivery loop's one committed
- * insert, made from this process beside its bare fetch.
- */
-async function leastWork(databaseUrl: string, envId: string, entityName: string, receiverUrl: string, token: string) {
+async function leastWork(databaseUrl: string, envId: string, names: { entity: string; action: string }, receiverUrl: string, token: string) {
   const logDir = await mkdtemp(join(tmpdir(), 'cellplane-least-work-'));
-  const child = await startLeastTrigger({ databaseUrl, envId, entityName, receiverUrl, logFile: join(logDir, 'least-work-trigger.log') });
+  const child = await startLeastTrigger({
+    databaseUrl,
+    envId,
+    entityName: names.entity,
+    actionName: names.action,
+    receiverUrl,
+    logFile: join(logDir, 'least-work-trigger.log'),
+  });
   // the child is ready once its tables exist: the loop's inserts need nothing more
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 10 });
   const triggerAt = async (path: string, headers: Record<string, string>): Promise<string> => {
@@ -216,6 +224,7 @@ async function leastWork(databaseUrl: string, envId: string, entityName: string,
     close: async () => {
       await child.stop();
       await dropLeastTables(pool);
+      await deleteLeastRuns(pool);
       await pool.end();
       await rm(logDir, { recursive: true, force: true });
     },
@@ -246,7 +255,7 @@ export async function measureDeliveries(target: HttpTarget, databaseUrl: string,
       },
     });
     const triggerPath = `${target.env}/entities/web-1/actions/deploy`;
-    const least = await leastWork(databaseUrl, envId, 'web-1', receiver.url, target.token);
+    const least = await leastWork(databaseUrl, envId, { entity: 'web-1', action: 'deploy' }, receiver.url, target.token);
     closeLeast = least.close;
     const trigger = async () => ((await callApi(target, 'POST', triggerPath, 202, {})) as { id: string }).id;
     const bareFetch = async () => {

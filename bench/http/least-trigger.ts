@@ -9,7 +9,8 @@
  *
  * Run by startLeastTrigger (./server.ts) as `node --import tsx
  * bench/http/least-trigger.ts` with DATABASE_URL, PORT, LEAST_ENV_ID,
- * LEAST_ENTITY (the entity's name) and LEAST_RECEIVER_URL. Ready once
+ * LEAST_ENTITY and LEAST_ACTION (names), LEAST_RECEIVER_URL and
+ * LEAST_STATEMENTS (the app's, TriggerStatements). Ready once
  * `GET /healthz` answers, after its two tables exist.
  *
  * A ladder of rungs, each `POST /<rung>` doing what the rung below does and
@@ -28,6 +29,14 @@
  *   it, by fast-jwt (Platform.signHs256), and carried in the payload.
  * - `whole`: a request id, one log line after the response, and the webhook
  *   before the 202, as the app sends it. The least work kept whole.
+ * - `appread`: the app's own read (src/modules/action-runs/fast-path.ts) in
+ *   place of the ladder's: the remembered caller's statement, the access
+ *   epoch with the entity and the action, every column of both.
+ * - `stored`: the app's own insert in place of the ladder's too: the run the
+ *   app stores (every column, its indexes and foreign keys) with its job,
+ *   into the app's tables. The app's data path without the app around it.
+ *   Its jobs are leased until `infinity`, so no runner of the app takes
+ *   them; deleteLeastRuns removes them.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -49,17 +58,38 @@ interface Rung {
   sign: boolean;
   envelope: boolean;
   webhookFirst: boolean;
+  /** The app's read, not the ladder's. */
+  appRead: boolean;
+  /** The app's insert and tables, not the ladder's. */
+  appWrite: boolean;
 }
 
-const RELAY: Rung = { read: false, insert: false, outbox: false, sign: false, envelope: false, webhookFirst: false };
+/** A statement's text and its parameters in order: a value, or a placeholder the child fills (JSON-encoded where its column is jsonb). */
+interface Statement {
+  text: string;
+  params: ({ value: unknown } | { placeholder: string; json: boolean })[];
+}
+
+/** The app's trigger statements, built by the bench (./server.ts, triggerStatements); the read's row is the epoch, then the entity's columns, then the action's. */
+export interface TriggerStatements {
+  read: Statement & { entityColumns: string[]; actionColumns: string[] };
+  insert: Statement;
+}
+
+/** Who the runs the app's insert wrote (`stored`) say triggered them: deleteLeastRuns finds them by it. */
+const STORED_BY = 'bench:least-work';
+
+const RELAY: Rung = { read: false, insert: false, outbox: false, sign: false, envelope: false, webhookFirst: false, appRead: false, appWrite: false };
 const READ: Rung = { ...RELAY, read: true };
 const PLAIN: Rung = { ...READ, insert: true };
 const OUTBOX: Rung = { ...PLAIN, outbox: true };
 const SIGNED: Rung = { ...OUTBOX, sign: true };
 const WHOLE: Rung = { ...SIGNED, envelope: true, webhookFirst: true };
+const APP_READ: Rung = { ...WHOLE, appRead: true };
+const STORED: Rung = { ...APP_READ, appWrite: true };
 
 /** The rungs by path (`POST /<rung>`), lowest first. */
-const LADDER = { relay: RELAY, read: READ, plain: PLAIN, outbox: OUTBOX, signed: SIGNED, whole: WHOLE } satisfies Record<string, Rung>;
+const LADDER = { relay: RELAY, read: READ, plain: PLAIN, outbox: OUTBOX, signed: SIGNED, whole: WHOLE, appread: APP_READ, stored: STORED } satisfies Record<string, Rung>;
 export type RungName = keyof typeof LADDER;
 const isRung = (name: string): name is RungName => Object.hasOwn(LADDER, name);
 
@@ -73,13 +103,36 @@ export async function dropLeastTables(pool: pg.Pool | pg.Client): Promise<void> 
   await pool.query(`drop table if exists ${LEAST_RUNS_TABLE}, ${LEAST_JOBS_TABLE}`);
 }
 
+/** The runs the `stored` rung wrote into the app's table, with their jobs (their foreign key cascades). */
+export async function deleteLeastRuns(pool: pg.Pool | pg.Client): Promise<void> {
+  await pool.query('delete from action_runs where triggered_by = $1', [STORED_BY]);
+}
+
+/** A statement's values: its constants, and its placeholders filled from `values` (a Date as ISO text, a jsonb column's value as JSON). */
+const valuesOf = (statement: Statement, values: Record<string, unknown>): unknown[] =>
+  statement.params.map((param) => {
+    if ('value' in param) return param.value;
+    const value = values[param.placeholder];
+    if (param.json) return JSON.stringify(value);
+    return value instanceof Date ? value.toISOString() : value;
+  });
+
+/** The columns `names` of an array row, from `offset` on, as an object. */
+const columnsOf = (row: unknown[], names: string[], offset: number): Record<string, unknown> => Object.fromEntries(names.map((name, i) => [name, row[offset + i]]));
+
 async function serve(): Promise<void> {
   const envId = process.env.LEAST_ENV_ID;
   const entityName = process.env.LEAST_ENTITY;
+  const actionName = process.env.LEAST_ACTION;
   const receiverUrl = process.env.LEAST_RECEIVER_URL;
+  const statements = JSON.parse(process.env.LEAST_STATEMENTS ?? '') as TriggerStatements;
   const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: APP_POOL_SIZE });
   pool.on('error', () => {});
   await createLeastTables(pool);
+  const {
+    rows: [tenancy],
+  } = await pool.query<{ org_id: string; project_id: string }>('select org_id, project_id from environments where id = $1', [envId]);
+  if (!tenancy) throw new Error(`least-work trigger: no environment ${envId}`);
   const signCallbackToken = createSigner({ key: randomBytes(32), algorithm: 'HS256' });
   const epochs = new Map<string, string>();
   // the log lines go to stdout, which the bench sends to a file, as the app's go to its log file
@@ -94,10 +147,12 @@ async function serve(): Promise<void> {
     const id = crypto.randomUUID();
     let body = JSON.stringify({ vm: entityName, runId: id });
     if (rung.read) {
-      const entity = await readEntity(rung.outbox ? (req.headers.authorization ?? '') : undefined);
+      const authorization = req.headers.authorization ?? '';
+      const { entity, action } = rung.appRead ? await readAsApp(authorization) : { entity: await readEntity(rung.outbox ? authorization : undefined), action: {} };
       const created = Math.floor(Date.now() / 1000);
       const payload = { vm: entity.name as string, runId: id };
-      if (rung.insert) await insertRun(rung.outbox, id, entity.id as string, JSON.stringify(payload));
+      if (rung.appWrite) await insertAsApp(id, entity, action);
+      else if (rung.insert) await insertRun(rung.outbox, id, entity.id as string, JSON.stringify(payload));
       const callbackToken = rung.sign ? signCallbackToken({ env: envId, sub: id, iat: created, exp: created + 3600 }) : undefined;
       body = JSON.stringify(callbackToken === undefined ? payload : { ...payload, callbackToken });
     }
@@ -129,6 +184,62 @@ async function serve(): Promise<void> {
     // the remembered caller's answer stands while the epoch it was read at does (src/auth/plain-callers.ts)
     if (epochs.get(tokenHash) !== entity.access_epoch) epochs.set(tokenHash, entity.access_epoch);
     return entity;
+  };
+  /** The app's remembered read: the access epoch, the entity and the action, every column of both. */
+  const readAsApp = async (authorization: string): Promise<{ entity: Record<string, unknown>; action: Record<string, unknown> }> => {
+    const tokenHash = createHash('sha256').update(authorization.replace(/^Bearer /, '')).digest('hex');
+    const { read } = statements;
+    const {
+      rows: [row],
+    } = await pool.query<unknown[]>({
+      name: 'least_app_read',
+      text: read.text,
+      values: valuesOf(read, { envId, projectId: tenancy.project_id, entity: entityName, action: actionName }),
+      rowMode: 'array',
+    });
+    if (!row) throw new Error('least-work trigger: the access epoch has no row');
+    const [epoch] = row as [string];
+    if (epochs.get(tokenHash) !== epoch) epochs.set(tokenHash, epoch);
+    const entity = columnsOf(row, read.entityColumns, 1);
+    const action = columnsOf(row, read.actionColumns, 1 + read.entityColumns.length);
+    if (entity.id === null || action.id === null) throw new Error(`least-work trigger: no entity ${entityName} or action ${actionName}`);
+    return { entity, action };
+  };
+  /** The run as the app builds it from the entity and the action, and its job, by the app's insert into the app's tables. */
+  const insertAsApp = async (id: string, entity: Record<string, unknown>, action: Record<string, unknown>): Promise<void> => {
+    const now = new Date();
+    const timeoutMinutes = action.timeoutMinutes as number;
+    const run = {
+      id,
+      orgId: tenancy.org_id,
+      projectId: tenancy.project_id,
+      envId,
+      callbackBaseUrl: 'http://127.0.0.1',
+      actionId: action.id,
+      actionName: action.name,
+      entityId: entity.id,
+      operationEntityName: entity.name,
+      status: 'pending',
+      parameters: {},
+      recommendations: {},
+      triggeredBy: STORED_BY,
+      trigger: action.trigger,
+      entitySnapshot: { id: entity.id, name: entity.name, properties: entity.properties },
+      onSuccess: action.onSuccess,
+      onFailure: action.onFailure,
+      idempotencyKey: null,
+      requestFingerprint: null,
+      timeoutMinutes,
+      timeoutAt: new Date(now.getTime() + timeoutMinutes * 60_000),
+      createdAt: now,
+      repo: null,
+      prNumber: null,
+      prUrl: null,
+      headSha: null,
+      // held by no runner of the app's, ever
+      leaseUntil: 'infinity',
+    };
+    await pool.query({ name: 'least_app_insert', text: statements.insert.text, values: valuesOf(statements.insert, run) });
   };
   /** The run, committed; with its job row in the same statement when `withJob`. */
   const insertRun = (withJob: boolean, id: string, entityId: string, body: string) =>

@@ -11,15 +11,18 @@ import { readdir, rename, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { is, Placeholder } from 'drizzle-orm';
+import { getTableColumns, is, Param, Placeholder } from 'drizzle-orm';
+import { PgJsonb } from 'drizzle-orm/pg-core';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { buildServer, SERVER_ARGS } from '../../scripts/build-server.mjs';
 import type { Queryable } from '../../src/db/client';
 import * as schema from '../../src/db/schema';
+import { rememberedTriggerReadQuery, runInsertQuery } from '../../src/modules/action-runs/fast-path';
 import { entityReadQuery, rememberedEntityReadQuery } from '../../src/modules/entities/fast-paths';
 import { BENCH_RATE_LIMIT } from '../harness';
 import type { LeastWorkStatement, LeastWorkStatements } from './bare';
+import type { TriggerStatements } from './least-trigger';
 import { callApi, type HttpTarget } from './target';
 
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -205,8 +208,22 @@ export async function startLeastWork(databaseUrl: string, logFile: string, guara
  * on the database at `databaseUrl`: it reads `entityName` of `envId` and
  * sends its webhooks to `receiverUrl`.
  */
-export async function startLeastTrigger(options: { databaseUrl: string; envId: string; entityName: string; receiverUrl: string; logFile: string }): Promise<Child> {
-  const env = { DATABASE_URL: options.databaseUrl, LEAST_ENV_ID: options.envId, LEAST_ENTITY: options.entityName, LEAST_RECEIVER_URL: options.receiverUrl };
+export async function startLeastTrigger(options: {
+  databaseUrl: string;
+  envId: string;
+  entityName: string;
+  actionName: string;
+  receiverUrl: string;
+  logFile: string;
+}): Promise<Child> {
+  const env = {
+    DATABASE_URL: options.databaseUrl,
+    LEAST_ENV_ID: options.envId,
+    LEAST_ENTITY: options.entityName,
+    LEAST_ACTION: options.actionName,
+    LEAST_RECEIVER_URL: options.receiverUrl,
+    LEAST_STATEMENTS: JSON.stringify(triggerStatements()),
+  };
   return startNode({ name: 'least-work-trigger', args: ['--import', 'tsx', 'bench/http/least-trigger.ts'], env, port: await freePort(), logFile: options.logFile, readyPath: '/healthz' });
 }
 
@@ -225,6 +242,28 @@ function leastWorkStatements(): LeastWorkStatements {
   return {
     inFull: statement(entityReadQuery(mock, { orgById: false, projectById: false }).toSQL()),
     remembered: statement(rememberedEntityReadQuery(mock).toSQL()),
+  };
+}
+
+/**
+ * The trigger's two statements (src/modules/action-runs/fast-path.ts): the
+ * remembered caller's read, and the run with its job. A parameter is a value
+ * or the name of a placeholder the child fills, marked where its column is
+ * jsonb; the read's columns are named in the order the row returns them.
+ */
+function triggerStatements(): TriggerStatements {
+  const mock = drizzle.mock({ schema }) as unknown as Queryable;
+  const params = (list: unknown[]) =>
+    list.map((param) => {
+      const value = is(param, Param) ? param.value : param;
+      if (!is(value, Placeholder)) return { value };
+      return { placeholder: value.name!, json: is(param, Param) && is(param.encoder, PgJsonb) };
+    });
+  const read = rememberedTriggerReadQuery(mock).toSQL();
+  const insert = runInsertQuery(mock).toSQL();
+  return {
+    read: { text: read.sql, params: params(read.params), entityColumns: Object.keys(getTableColumns(schema.entities)), actionColumns: Object.keys(getTableColumns(schema.actions)) },
+    insert: { text: insert.sql, params: params(insert.params) },
   };
 }
 

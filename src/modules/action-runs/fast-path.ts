@@ -123,7 +123,10 @@ export type NewRun = { [K in (typeof RUN_COLUMNS)[number]]-?: Exclude<RunInsert[
  */
 export function runInsertQuery(db: Queryable) {
   const values = Object.fromEntries(RUN_COLUMNS.map((column) => [column, sql.placeholder(column)])) as unknown as RunInsert;
-  const inserted = db.$with('inserted').as(db.insert(actionRuns).values(values).returning({ id: actionRuns.id }));
+  // the two jsonb values the 202 echoes, as Postgres stores them (its order of an object's members): the rest are the trigger's own
+  const inserted = db
+    .$with('inserted')
+    .as(db.insert(actionRuns).values(values).returning({ parameters: actionRuns.parameters, recommendations: actionRuns.recommendations }));
   const queued = db.$with('queued').as(
     db
       .insert(deliveryJobs)
@@ -138,7 +141,7 @@ export function runInsertQuery(db: Queryable) {
       } as unknown as typeof deliveryJobs.$inferInsert)
       .returning({ runId: deliveryJobs.runId }),
   );
-  return db.with(inserted, queued).select({ id: inserted.id }).from(inserted);
+  return db.with(inserted, queued).select({ parameters: inserted.parameters, recommendations: inserted.recommendations }).from(inserted);
 }
 
 const runInsert = oncePerHandle((db, name) => runInsertQuery(db).prepare(name), 'cellplane_trigger_insert');
@@ -148,16 +151,17 @@ const runInsert = oncePerHandle((db, name) => runInsertQuery(db).prepare(name), 
  * neither (the outbox). The job is leased until `leaseUntil` when a runner's
  * slot takes it at once, else held by nobody. Built once per database handle.
  *
- * The run written is `run` and the columns a new run leaves empty: every
- * value is the caller's, so the row is not read back. Returning it cost the
- * trigger about 80 µs of a round trip that decodes 30 columns
- * (bench/http-results.md, "2026-11-29, evening"). A jsonb value read later
- * may list an object's members in another order (Postgres's); the members
- * are the same.
+ * The run written is `run` and the columns a new run leaves empty, with the
+ * two jsonb values the 202 echoes (parameters, recommendations) read back as
+ * stored: Postgres orders an object's members its own way, and the 202 must
+ * be the bytes a GET gives. The rest is not read back: returning the whole
+ * row decoded 30 columns, the trigger and the entity snapshot among them,
+ * for values the trigger already has (bench/http-results.md, "2026-11-29,
+ * evening").
  */
 export async function insertRunWithJob(ctx: ServiceContext, run: NewRun, leaseUntil: Date | null): Promise<{ run: RunRow; job: DeliveryJob }> {
-  const [written] = await runInsert(ctx).execute({ ...run, leaseUntil: leaseUntil?.toISOString() ?? null });
-  if (!written) throw new Error(`the run ${run.id} was not written`);
+  const [stored] = await runInsert(ctx).execute({ ...run, leaseUntil: leaseUntil?.toISOString() ?? null });
+  if (!stored) throw new Error(`the run ${run.id} was not written`);
   const job = { runId: run.id, envId: run.envId, attempt: 1, runAt: run.createdAt, leaseUntil, dispatchedAt: null, createdAt: run.createdAt };
-  return { run: { ...run, startedAt: null, completedAt: null, error: null, output: null }, job };
+  return { run: { ...run, ...stored, startedAt: null, completedAt: null, error: null, output: null }, job };
 }

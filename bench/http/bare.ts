@@ -79,10 +79,10 @@ function honoServer(byName: ByName): Server {
   return createAdaptorServer({ fetch: app.fetch }) as Server;
 }
 
-/** A statement's SQL text and its parameters in order: a value, or the name of a placeholder filled per request. */
+/** A statement's SQL text and its parameters in order: a value, or the name of a placeholder filled per request (`json` where its column is jsonb). */
 export interface LeastWorkStatement {
   text: string;
-  params: ({ value: unknown } | { placeholder: string })[];
+  params: ({ value: unknown } | { placeholder: string; json: boolean })[];
 }
 
 /** The GET's statements: with the token checked in full, and for a caller remembered with its access epoch. */

@@ -43,6 +43,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { pathToFileURL } from 'node:url';
 import { createSigner } from 'fast-jwt';
 import pg from 'pg';
+import type { LeastWorkStatement } from './bare';
 import { requestLog } from './request-log';
 import { APP_POOL_SIZE } from './target';
 
@@ -64,16 +65,10 @@ interface Rung {
   appWrite: boolean;
 }
 
-/** A statement's text and its parameters in order: a value, or a placeholder the child fills (JSON-encoded where its column is jsonb). */
-interface Statement {
-  text: string;
-  params: ({ value: unknown } | { placeholder: string; json: boolean })[];
-}
-
 /** The app's trigger statements, built by the bench (./server.ts, triggerStatements); the read's row is the epoch, then the entity's columns, then the action's. */
 export interface TriggerStatements {
-  read: Statement & { entityColumns: string[]; actionColumns: string[] };
-  insert: Statement;
+  read: LeastWorkStatement & { entityColumns: string[]; actionColumns: string[] };
+  insert: LeastWorkStatement;
 }
 
 /** Who the runs the app's insert wrote (`stored`) say triggered them: deleteLeastRuns finds them by it. */
@@ -109,7 +104,7 @@ export async function deleteLeastRuns(pool: pg.Pool | pg.Client): Promise<void> 
 }
 
 /** A statement's values: its constants, and its placeholders filled from `values` (a Date as ISO text, a jsonb column's value as JSON). */
-const valuesOf = (statement: Statement, values: Record<string, unknown>): unknown[] =>
+const valuesOf = (statement: LeastWorkStatement, values: Record<string, unknown>): unknown[] =>
   statement.params.map((param) => {
     if ('value' in param) return param.value;
     const value = values[param.placeholder];
@@ -169,25 +164,27 @@ async function serve(): Promise<void> {
       await send(id, body);
     }
   };
+  /** The caller's token, hashed, remembered with the access epoch read beside its data: its answer stands while that epoch does (src/auth/plain-callers.ts). */
+  const remember = (authorization: string, epoch: string) => {
+    const tokenHash = createHash('sha256').update(authorization.replace(/^Bearer /, '')).digest('hex');
+    if (epochs.get(tokenHash) !== epoch) epochs.set(tokenHash, epoch);
+  };
   /** The entity by name; with the caller's token, hashed, and the access epoch read beside it. */
   const readEntity = async (authorization: string | undefined): Promise<Record<string, unknown>> => {
     if (authorization === undefined) {
       const { rows } = await pool.query({ name: 'least_entity', text: 'select * from entities where env_id = $1 and name = $2', values: [envId, entityName] });
       return rows[0];
     }
-    const tokenHash = createHash('sha256').update(authorization.replace(/^Bearer /, '')).digest('hex');
     const { rows: [entity] } = await pool.query({
       name: 'least_whole_entity',
       text: 'select e.*, (select value::text from access_epoch where id = 1) as access_epoch from entities e where env_id = $1 and name = $2',
       values: [envId, entityName],
     });
-    // the remembered caller's answer stands while the epoch it was read at does (src/auth/plain-callers.ts)
-    if (epochs.get(tokenHash) !== entity.access_epoch) epochs.set(tokenHash, entity.access_epoch);
+    remember(authorization, entity.access_epoch);
     return entity;
   };
   /** The app's remembered read: the access epoch, the entity and the action, every column of both. */
   const readAsApp = async (authorization: string): Promise<{ entity: Record<string, unknown>; action: Record<string, unknown> }> => {
-    const tokenHash = createHash('sha256').update(authorization.replace(/^Bearer /, '')).digest('hex');
     const { read } = statements;
     const {
       rows: [row],
@@ -198,8 +195,7 @@ async function serve(): Promise<void> {
       rowMode: 'array',
     });
     if (!row) throw new Error('least-work trigger: the access epoch has no row');
-    const [epoch] = row as [string];
-    if (epochs.get(tokenHash) !== epoch) epochs.set(tokenHash, epoch);
+    remember(authorization, row[0] as string);
     const entity = columnsOf(row, read.entityColumns, 1);
     const action = columnsOf(row, read.actionColumns, 1 + read.entityColumns.length);
     if (entity.id === null || action.id === null) throw new Error(`least-work trigger: no entity ${entityName} or action ${actionName}`);

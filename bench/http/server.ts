@@ -232,38 +232,48 @@ async function startBareChild(name: string, env: Record<string, string>, readyPa
   return startNode({ name, args: ['--import', 'tsx', 'bench/http/bare.ts'], env, port: await freePort(), logFile, readyPath });
 }
 
-/** The GET's two statements (src/modules/entities/fast-paths.ts), each as text and parameters: a value or the name of a placeholder the bare server fills. */
-function leastWorkStatements(): LeastWorkStatements {
-  const mock = drizzle.mock({ schema }) as unknown as Queryable;
-  const statement = ({ sql: text, params }: { sql: string; params: unknown[] }): LeastWorkStatement => ({
-    text,
-    params: params.map((param) => (is(param, Placeholder) ? { placeholder: param.name } : { value: param })),
-  });
+/** The app's statements, built without a database: their SQL is the app's own. */
+const mock = () => drizzle.mock({ schema }) as unknown as Queryable;
+
+/**
+ * A statement as text and parameters: a value, or the name of a placeholder
+ * the bare server fills, marked where its column is jsonb (an insert's
+ * placeholders come wrapped in the column's Param).
+ */
+function statementOf({ sql: text, params }: { sql: string; params: unknown[] }): LeastWorkStatement {
   return {
-    inFull: statement(entityReadQuery(mock, { orgById: false, projectById: false }).toSQL()),
-    remembered: statement(rememberedEntityReadQuery(mock).toSQL()),
+    text,
+    params: params.map((param) => {
+      const value = is(param, Param) ? param.value : param;
+      if (!is(value, Placeholder)) return { value };
+      return { placeholder: value.name!, json: is(param, Param) && is(param.encoder, PgJsonb) };
+    }),
+  };
+}
+
+/** The GET's two statements (src/modules/entities/fast-paths.ts). */
+function leastWorkStatements(): LeastWorkStatements {
+  const db = mock();
+  return {
+    inFull: statementOf(entityReadQuery(db, { orgById: false, projectById: false }).toSQL()),
+    remembered: statementOf(rememberedEntityReadQuery(db).toSQL()),
   };
 }
 
 /**
  * The trigger's two statements (src/modules/action-runs/fast-path.ts): the
- * remembered caller's read, and the run with its job. A parameter is a value
- * or the name of a placeholder the child fills, marked where its column is
- * jsonb; the read's columns are named in the order the row returns them.
+ * remembered caller's read, its row's columns named in the order it returns
+ * them, and the run with its job.
  */
 function triggerStatements(): TriggerStatements {
-  const mock = drizzle.mock({ schema }) as unknown as Queryable;
-  const params = (list: unknown[]) =>
-    list.map((param) => {
-      const value = is(param, Param) ? param.value : param;
-      if (!is(value, Placeholder)) return { value };
-      return { placeholder: value.name!, json: is(param, Param) && is(param.encoder, PgJsonb) };
-    });
-  const read = rememberedTriggerReadQuery(mock).toSQL();
-  const insert = runInsertQuery(mock).toSQL();
+  const db = mock();
   return {
-    read: { text: read.sql, params: params(read.params), entityColumns: Object.keys(getTableColumns(schema.entities)), actionColumns: Object.keys(getTableColumns(schema.actions)) },
-    insert: { text: insert.sql, params: params(insert.params) },
+    read: {
+      ...statementOf(rememberedTriggerReadQuery(db).toSQL()),
+      entityColumns: Object.keys(getTableColumns(schema.entities)),
+      actionColumns: Object.keys(getTableColumns(schema.actions)),
+    },
+    insert: statementOf(runInsertQuery(db).toSQL()),
   };
 }
 

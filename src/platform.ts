@@ -58,6 +58,13 @@ export interface DeliveryScheduler {
 
 export interface DeliverySlot {
   leaseUntil: Date;
+  /**
+   * `work`, once the statement the caller began in this turn is on the wire:
+   * a pool hands its connection over on a later tick, so work started in the
+   * same turn (signing the run's callback token) would go first and hold the
+   * statement back. The trigger's token is signed while its insert is out.
+   */
+  meanwhile<T>(work: () => Promise<T>): Promise<T>;
   start(leased: LeasedJob): void;
   release(): void;
 }

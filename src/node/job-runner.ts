@@ -150,6 +150,8 @@ export class JobRunner {
     };
     return {
       leaseUntil: new Date(this.#engine.clock.now().getTime() + this.#engine.leaseMs),
+      // the check phase: after every tick queued now (pg's pool hands a client over in one) and the I/O they write
+      meanwhile: (work) => new Promise<void>((resolve) => setImmediate(resolve)).then(work),
       start: (leased) => {
         if (!close()) return;
         if (this.#running) this.#track(leased);

@@ -589,6 +589,30 @@ describe('outbound delivery', () => {
       expect(receiver.requests).toHaveLength(1);
     });
 
+    it("a slot's work meanwhile starts after what the trigger's turn left to the next tick: the pool hands the insert its connection there", async () => {
+      await h.api.jobs.drain();
+      h.api.jobs.start();
+      const slot = h.api.jobs.reserve()!;
+      try {
+        const order: string[] = [];
+        // a continuation, as the trigger's code after its first await is: ticks wait for every microtask
+        await Promise.resolve();
+        process.nextTick(() => order.push('the pool hands the statement its connection'));
+        const signed = slot.meanwhile(async () => {
+          order.push('the token signed');
+          return 'token';
+        });
+        await Promise.resolve().then(() => order.push('the rest of the turn'));
+        expect(await signed).toBe('token');
+        expect(order).toEqual(['the rest of the turn', 'the pool hands the statement its connection', 'the token signed']);
+        // a failure is the caller's to meet
+        await expect(slot.meanwhile(() => Promise.reject(new Error('no key')))).rejects.toThrow('no key');
+      } finally {
+        slot.release();
+        await h.api.jobs.stop();
+      }
+    });
+
     it('a slot started after the runner stopped hands its lease back: the next worker makes the attempt at once', async () => {
       const receiver = await h.receiver({ status: 200 });
       const action = await h.action({ url: `${receiver.url}/hook` });

@@ -44,7 +44,7 @@ import pg from 'pg';
 import { z } from 'zod';
 import { bearerCredential } from '../../src/auth/caller';
 import { requestLog } from './request-log';
-import { APP_POOL_SIZE } from './target';
+import { APP_POOL_SIZE, statementValues, type LeastWorkStatement } from './target';
 
 /** The app's read by name (src/modules/entities/fast-paths.ts) without the token and tenancy it folds in. */
 const ENTITY_BY_NAME = 'select * from entities where env_id = $1 and name = $2';
@@ -79,12 +79,6 @@ function honoServer(byName: ByName): Server {
   return createAdaptorServer({ fetch: app.fetch }) as Server;
 }
 
-/** A statement's SQL text and its parameters in order: a value, or the name of a placeholder filled per request (`json` where its column is jsonb). */
-export interface LeastWorkStatement {
-  text: string;
-  params: ({ value: unknown } | { placeholder: string; json: boolean })[];
-}
-
 /** The GET's statements: with the token checked in full, and for a caller remembered with its access epoch. */
 export interface LeastWorkStatements {
   inFull: LeastWorkStatement;
@@ -95,13 +89,11 @@ export interface LeastWorkStatements {
 type GetValues = { tokenHash: string; org: string; project: string; env: string; name: string; now: string; envId: string | null };
 
 function leastWorkServer(pool: pg.Pool, statements: LeastWorkStatements, guarantees: Set<Guarantee>): Server {
-  const valuesOf = (statement: LeastWorkStatement, request: GetValues) =>
-    statement.params.map((param) => ('value' in param ? param.value : request[param.placeholder as keyof GetValues]));
   // as the app remembers a token's plain answer (src/auth/plain-callers.ts): its environment and the access epoch it was read at
   const remembered = new Map<string, { envId: string; epoch: string }>();
   type Row = { entity_json: string | null; caller_env_id: string; access_epoch: string | null };
   const send = async (name: string, statement: LeastWorkStatement, request: GetValues) =>
-    (await pool.query<Row>({ name, text: statement.text, values: valuesOf(statement, request) })).rows[0];
+    (await pool.query<Row>({ name, text: statement.text, values: statementValues(statement, request) })).rows[0];
   const app = new Hono();
   for (const layer of guaranteeLayers(guarantees)) app.use('*', layer);
   app.get('/:org/:project/envs/:env/entities/:name', async (c) => {

@@ -43,9 +43,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { pathToFileURL } from 'node:url';
 import { createSigner } from 'fast-jwt';
 import pg from 'pg';
-import type { LeastWorkStatement } from './bare';
 import { requestLog } from './request-log';
-import { APP_POOL_SIZE } from './target';
+import { APP_POOL_SIZE, statementValues, type LeastWorkStatement } from './target';
 
 /** What both write: the runs (and, from the bench's loop, one outcome row per delivery), and the least work's jobs. */
 export const LEAST_RUNS_TABLE = 'bench_least_work';
@@ -102,15 +101,6 @@ export async function dropLeastTables(pool: pg.Pool | pg.Client): Promise<void> 
 export async function deleteLeastRuns(pool: pg.Pool | pg.Client): Promise<void> {
   await pool.query('delete from action_runs where triggered_by = $1', [STORED_BY]);
 }
-
-/** A statement's values: its constants, and its placeholders filled from `values` (a Date as ISO text, a jsonb column's value as JSON). */
-const valuesOf = (statement: LeastWorkStatement, values: Record<string, unknown>): unknown[] =>
-  statement.params.map((param) => {
-    if ('value' in param) return param.value;
-    const value = values[param.placeholder];
-    if (param.json) return JSON.stringify(value);
-    return value instanceof Date ? value.toISOString() : value;
-  });
 
 /** The columns `names` of an array row, from `offset` on, as an object. */
 const columnsOf = (row: unknown[], names: string[], offset: number): Record<string, unknown> => Object.fromEntries(names.map((name, i) => [name, row[offset + i]]));
@@ -191,7 +181,7 @@ async function serve(): Promise<void> {
     } = await pool.query<unknown[]>({
       name: 'least_app_read',
       text: read.text,
-      values: valuesOf(read, { envId, projectId: tenancy.project_id, entity: entityName, action: actionName }),
+      values: statementValues(read, { envId, projectId: tenancy.project_id, entity: entityName, action: actionName }),
       rowMode: 'array',
     });
     if (!row) throw new Error('least-work trigger: the access epoch has no row');
@@ -235,7 +225,7 @@ async function serve(): Promise<void> {
       // held by no runner of the app's, ever
       leaseUntil: 'infinity',
     };
-    await pool.query({ name: 'least_app_insert', text: statements.insert.text, values: valuesOf(statements.insert, run) });
+    await pool.query({ name: 'least_app_insert', text: statements.insert.text, values: statementValues(statements.insert, run) });
   };
   /** The run, committed; with its job row in the same statement when `withJob`. */
   const insertRun = (withJob: boolean, id: string, entityId: string, body: string) =>

@@ -21,9 +21,9 @@ import * as schema from '../../src/db/schema';
 import { rememberedTriggerReadQuery, runInsertQuery } from '../../src/modules/action-runs/fast-path';
 import { entityReadQuery, rememberedEntityReadQuery } from '../../src/modules/entities/fast-paths';
 import { BENCH_RATE_LIMIT } from '../harness';
-import type { LeastWorkStatement, LeastWorkStatements } from './bare';
+import type { LeastWorkStatements } from './bare';
 import type { TriggerStatements } from './least-trigger';
-import { callApi, type HttpTarget } from './target';
+import { callApi, type HttpTarget, type LeastWorkStatement } from './target';
 
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
 

@@ -3,6 +3,26 @@
  * child process and a tenant in it, and the rows they print.
  */
 
+/**
+ * One of the app's statements, taken from its query builders for a bare
+ * server to send (./server.ts, statementOf): its SQL text and its parameters
+ * in order, a value or the name of a placeholder filled per request (`json`
+ * where its column is jsonb).
+ */
+export interface LeastWorkStatement {
+  text: string;
+  params: ({ value: unknown } | { placeholder: string; json: boolean })[];
+}
+
+/** A statement's values: its constants, and its placeholders filled from `values` (a Date as ISO text, a jsonb column's value as JSON). */
+export const statementValues = (statement: LeastWorkStatement, values: Record<string, unknown>): unknown[] =>
+  statement.params.map((param) => {
+    if ('value' in param) return param.value;
+    const value = values[param.placeholder];
+    if (param.json) return JSON.stringify(value);
+    return value instanceof Date ? value.toISOString() : value;
+  });
+
 /** A `npm start` child process serving the API over real HTTP. */
 export interface HttpTarget {
   /** e.g. http://127.0.0.1:41234 */

@@ -14,7 +14,18 @@ const TABLE = (() => {
 })();
 
 export function crc32(text: string): number {
-  const bytes = new TextEncoder().encode(text);
+  let crc = 0xffffffff;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    // a token is ASCII, one byte a character, and is checked on every request without encoding it; past ASCII the
+    // checksum is over the UTF-8 bytes
+    if (code > 0x7f) return crc32OfBytes(new TextEncoder().encode(text));
+    crc = TABLE[(crc ^ code) & 0xff]! ^ (crc >>> 8);
+  }
+  return (crc ^ 0xffffffff) >>> 0;
+}
+
+function crc32OfBytes(bytes: Uint8Array): number {
   let crc = 0xffffffff;
   for (const byte of bytes) crc = TABLE[(crc ^ byte) & 0xff]! ^ (crc >>> 8);
   return (crc ^ 0xffffffff) >>> 0;

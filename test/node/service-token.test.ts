@@ -13,6 +13,11 @@ describe('service token format', () => {
     expect(crc32('')).toBe(0);
   });
 
+  it('takes the CRC-32 of the UTF-8 bytes past ASCII (zlib.crc32 of the same text)', () => {
+    expect(crc32('héllo ✓ 𝄞')).toBe(0x2d9e80dc);
+    expect(crc32('cpl_abc')).toBe(0x29d999af);
+  });
+
   it('is cpl_ + 30 base62 + 6 base62 checksum, with a readable prefix', () => {
     const { token, prefix } = generateServiceToken();
     expect(token).toMatch(/^cpl_[0-9A-Za-z]{36}$/);

@@ -117,7 +117,7 @@ const jsonString = (column: unknown) => sql`coalesce(to_json(${column})::text, '
 export function entityJson(row: EntityColumnRefs): SQL<EntityJsonText> {
   // one call of format(), not a chain of ||: Postgres builds a statement's expressions anew on every execution, and
   // twenty-six concatenations cost it about 5 µs more a GET than one call with thirteen arguments (bench/http-results.md,
-  // "2026-11-29, afternoon"). format() writes a null argument as nothing, so no entity (the remembered GET's left
+  // "2026-11-29, fifth"). format() writes a null argument as nothing, so no entity (the remembered GET's left
   // join) is tested for first, to stay null as the chain of || was.
   return sql<EntityJsonText>`case when ${row.id} is null then null else format(
     '{"id":"%s","entityTypeName":%s,"name":%s,"state":%s,"properties":%s,"labels":%s,"lastSyncedAt":%s,"syncSource":%s,"createdAt":"%s","updatedAt":"%s","orgId":"%s","projectId":"%s","envId":"%s"}',

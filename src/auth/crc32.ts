@@ -13,20 +13,13 @@ const TABLE = (() => {
   return table;
 })();
 
-export function crc32(text: string): number {
-  let crc = 0xffffffff;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    // a token is ASCII, one byte a character, and is checked on every request without encoding it; past ASCII the
-    // checksum is over the UTF-8 bytes
-    if (code > 0x7f) return crc32OfBytes(new TextEncoder().encode(text));
-    crc = TABLE[(crc ^ code) & 0xff]! ^ (crc >>> 8);
-  }
-  return (crc ^ 0xffffffff) >>> 0;
-}
+const NON_ASCII = /[^\x00-\x7f]/;
 
-function crc32OfBytes(bytes: Uint8Array): number {
+export function crc32(text: string): number {
+  // a token is ASCII, its characters its UTF-8 bytes: it is checked on every request without being encoded first
+  const bytes = NON_ASCII.test(text) ? new TextEncoder().encode(text) : undefined;
+  const length = bytes ? bytes.length : text.length;
   let crc = 0xffffffff;
-  for (const byte of bytes) crc = TABLE[(crc ^ byte) & 0xff]! ^ (crc >>> 8);
+  for (let i = 0; i < length; i++) crc = TABLE[(crc ^ (bytes ? bytes[i]! : text.charCodeAt(i))) & 0xff]! ^ (crc >>> 8);
   return (crc ^ 0xffffffff) >>> 0;
 }

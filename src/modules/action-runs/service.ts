@@ -231,8 +231,8 @@ export async function triggerAction(
     const [written, callbackToken] = await Promise.all([
       // the run and its delivery job in one statement: both commit, or neither (the outbox)
       insertRunWithJob(ctx, newRun, slot?.leaseUntil ?? null),
-      // the slot's first attempt goes out at once, its callback token signed while the insert is out:
-      // once it is written (signed in this turn, before the pool's next tick, it held the insert back);
+      // the slot's first attempt goes out at once, its callback token signed while the insert is out (meanwhile:
+      // signed in this turn, before the pool's next tick writes the insert, it held the insert back);
       // should signing fail here, the attempt signs for itself and meets the failure there
       slot?.meanwhile(() => signCallbackToken(ctx.config.authSecret, { runId, ...tenancy }, timeoutAt, now, ctx.signHs256)).catch(() => undefined),
     ]);

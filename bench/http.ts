@@ -330,9 +330,8 @@ export const httpBench: Benchmark = {
 
       const names = seeded.entities.map((entity) => entity.name);
       // a fresh process runs cold code (tsx-compiled, not yet optimized by V8): the reads and lists warm up first
-      if (sections.has('reads') || sections.has('lists')) {
-        await load(target.url, target.token, 10, mixedRequests(target, seeded, { get: 0.75, list: 0.25 }))(FIRST_WARMUP_SECONDS);
-      }
+      const warmUpApp = (url: string) => load(url, target.token, 10, mixedRequests(target, seeded, { get: 0.75, list: 0.25 }))(FIRST_WARMUP_SECONDS);
+      if (sections.has('reads') || sections.has('lists')) await warmUpApp(target.url);
 
       // --- reads, beside the bare server -------------------------------------------------
       if (sections.has('reads')) {
@@ -347,7 +346,7 @@ export const httpBench: Benchmark = {
         // the same build started after the seed: the floors never served the seed's 300,000 writes, and neither has this one
         const unseededApp = await startApp({ kind: 'postgres', url: postgres.url }, join(scratch, 'app-postgres-unseeded.log'), 'app-postgres-unseeded');
         undo.push(unseededApp.stop);
-        await load(unseededApp.url, target.token, 10, mixedRequests(target, seeded, { get: 0.75, list: 0.25 }))(FIRST_WARMUP_SECONDS);
+        await warmUpApp(unseededApp.url);
         // the app and its least work take the app's paths and token; the two floors take /entities/{name} and none
         const entityGet = (url: string) => (connections: number) =>
           load(url, target.token, connections, () => ({ method: 'GET', path: entityPath(target, pick(names)) }));

@@ -77,6 +77,14 @@ describe('npm start (the Node host as a process)', () => {
     expect(SERVER_ARGS).toContain('--heap-growing-percent=20');
   });
 
+  it("`npm run deno` gives V8 the same flags as `npm start` (its --v8-flags is a copy of SERVER_ARGS's V8 flags)", () => {
+    const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
+    // --enable-source-maps is node's own, not V8's; deno maps its sources without being asked
+    const v8Flags = SERVER_ARGS.filter((arg) => arg.startsWith('--') && arg !== '--enable-source-maps');
+    expect(v8Flags.length).toBeGreaterThan(0);
+    expect(scripts.deno).toContain(` --v8-flags=${v8Flags.join(',')} `);
+  });
+
   it('`npm start` serves from an embedded database with generated local secrets, and stops cleanly on SIGTERM sent to npm', async () => {
     const dataDir = tempDir();
     const server = await startServerProcess({ CELLPLANE_DATA_DIR: dataDir }, { npm: true });

@@ -68,9 +68,13 @@ async function unfinishedUpload(server: ServerProcess): Promise<Socket> {
   return upload;
 }
 
+/** package.json's scripts, as npm reads them. */
+const packageScripts = () =>
+  (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> }).scripts;
+
 describe('npm start (the Node host as a process)', () => {
   it("runs, after its build, node with exactly the arguments the tests and the bench start it with (V8's flags included)", () => {
-    const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
+    const scripts = packageScripts();
     expect(scripts.start).toBe(`node scripts/build-server.mjs && exec node ${SERVER_ARGS.join(' ')}`);
     expect(SERVER_ARGS).toContain('--no-allocation-site-pretenuring');
     expect(SERVER_ARGS).toContain('--no-parallel-scavenge');
@@ -78,7 +82,7 @@ describe('npm start (the Node host as a process)', () => {
   });
 
   it("`npm run deno` gives V8 the same flags as `npm start` (its --v8-flags is a copy of SERVER_ARGS's V8 flags)", () => {
-    const { scripts } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
+    const scripts = packageScripts();
     // --enable-source-maps is node's own, not V8's; deno maps its sources without being asked
     const v8Flags = SERVER_ARGS.filter((arg) => arg.startsWith('--') && arg !== '--enable-source-maps');
     expect(v8Flags.length).toBeGreaterThan(0);
